@@ -1,0 +1,143 @@
+"""The seeds' calculators for one configuration: eval, knee, batch sweep, training."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from planner.catalog import Catalog
+from planner.configs import config_arrays
+from planner.schema import PlanningInputError
+from planner.serving import economics, memory
+from planner.serving.evaluate import evaluate
+from planner.serving.params import ServingParams
+from planner.serving.roofline import pipeline_bubble_fraction
+
+
+def _resolve(catalog: Catalog, model: str, gpu: str | None, quant: str, kv_dtype: str):
+    m = catalog.model(model, "--model")
+    g = catalog.gpu(gpu, "--gpu") if gpu is not None else None
+    q = catalog.weight_format(quant, "--quant")
+    k = catalog.kv_dtype(kv_dtype, "--kv-dtype")
+    if g is not None and g.bf16_tflops is None:
+        raise PlanningInputError(f"--gpu: {g.id} has no BF16 TFLOPS figure in the catalog "
+                                 "(unknown compute); add one with a source to use it")
+    if g is not None and g.id in q.unsupported_gpus:
+        raise PlanningInputError(f"--quant: {q.id} is not supported on {g.id}")
+    return m, g, q, k
+
+
+def _frame(model, gpu, quant, kv, tp, pp, batches, prompt, output, context) -> pd.DataFrame:
+    n = len(batches)
+    return pd.DataFrame({
+        "model": [model.id] * n, "gpu": [gpu.id] * n, "quantization": [quant.id] * n,
+        "kv_cache_dtype": [kv.id] * n, "tp": tp, "pp": pp, "batch": batches,
+        "prompt_tokens": prompt, "output_tokens": output,
+        "context_tokens": np.nan if context is None else context,
+    })
+
+
+def _check_positive(**values) -> None:
+    problems = [f"--{k.replace('_', '-')}: must be > 0, got {v}" for k, v in values.items()
+                if v is not None and not v > 0]
+    if problems:
+        raise PlanningInputError(problems)
+
+
+def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int = 1,
+                quant: str = "bf16", kv_dtype: str = "bf16", batch: int = 1,
+                users: int | None = None, prompt: int = 1024, output: int = 256,
+                context: float | None = None, price: float | None = None,
+                params: ServingParams | None = None) -> dict:
+    """Every quantity of the comprehensive playground for one configuration (SI units)."""
+    _check_positive(tp=tp, pp=pp, batch=batch, users=users, prompt=prompt, output=output, price=price)
+    if context is not None and context < 0:
+        raise PlanningInputError(f"--context: must be >= 0, got {context}")
+    params = params or ServingParams()
+    m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    users = batch if users is None else users
+    b = min(users, batch)
+    arrays, fallback = config_arrays(catalog, _frame(m, g, q, k, tp, pp, [b], prompt, output, context),
+                                     models={m.id: m})
+    if price is None:
+        price = catalog.default_price_usd_per_gpu_hour(g.id)
+    out = evaluate(arrays, params, users=users, usd_per_gpu_hour=price)
+    result = {key: _scalar(v) for key, v in out.items()}
+    result.update({
+        "model": m.id, "gpu": g.id, "tp": tp, "pp": pp, "quantization": q.id,
+        "kv_cache_dtype": k.id, "batch": b, "max_batch": batch, "users": users,
+        "prompt_tokens": prompt, "output_tokens": output,
+        "context_tokens": float(arrays.context_tokens[0]), "gpus": tp * pp,
+        "math_fallback_to_bf16": bool(fallback[0]),
+        "max_concurrency": int(out["max_concurrency"][0]) if np.isfinite(out["max_concurrency"][0]) else None,
+        "usd_per_gpu_hour": price,
+        "parameters": params.as_dict(),
+    })
+    if price is None:
+        result.pop("usd_per_million_tokens", None)
+    return result
+
+
+def knee(catalog: Catalog, *, model: str, context: float, quant: str = "bf16",
+         kv_dtype: str = "bf16") -> dict:
+    """B_knee = model bytes / KV bytes per sequence, and the recommended max_num_seqs."""
+    _check_positive(context=context)
+    m, _, q, k = _resolve(catalog, model, None, quant, kv_dtype)
+    any_gpu = next(iter(catalog.gpus.entries))
+    frame = _frame(m, catalog.gpu(any_gpu), q, k, 1, 1, [1], context, 0, context)
+    arrays, _ = config_arrays(catalog, frame, models={m.id: m})
+    w = memory.weights_bytes(arrays)[0]
+    kv = memory.kv_bytes_per_seq(arrays)[0]
+    b = economics.b_knee(w, kv)
+    return {"model": m.id, "context_tokens": context, "quantization": q.id, "kv_cache_dtype": k.id,
+            "weights_bytes": float(w), "kv_bytes_per_seq": float(kv), "b_knee": float(b),
+            "recommended_max_num_seqs": int(economics.recommended_max_num_seqs(b))}
+
+
+def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: list[int],
+          tp: int = 1, pp: int = 1, quant: str = "bf16", kv_dtype: str = "bf16",
+          params: ServingParams | None = None) -> pd.DataFrame:
+    """TPOT, throughput, per-user speed and bound per batch size at a fixed context."""
+    if not batches:
+        raise PlanningInputError("--batches: give at least one batch size")
+    _check_positive(context=context, tp=tp, pp=pp, **{"batches": min(batches)})
+    params = params or ServingParams()
+    m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    frame = _frame(m, g, q, k, tp, pp, list(batches), context, 0, context)
+    arrays, _ = config_arrays(catalog, frame, models={m.id: m})
+    out = evaluate(arrays, params)
+    table = pd.DataFrame({
+        "batch": list(batches),
+        "tpot_s": out["tpot_s"],
+        "throughput_tokens_per_s": out["throughput_tokens_per_s"],
+        "per_user_tokens_per_s": out["per_user_tokens_per_s"],
+        "bound": out["bound"],
+        "fits": out["fits"],
+        "arithmetic_intensity": out["arithmetic_intensity"],
+    })
+    table.attrs.update({"model": m.id, "gpu": g.id, "context_tokens": context})
+    return table
+
+
+def train(catalog: Catalog, *, params: float, tokens: float, gpu: str, gpus: int, mfu: float,
+          pp: int = 1, micro_batches: int | None = None) -> dict:
+    """Training compute C = 6ND, duration on ``gpus`` GPUs at ``mfu``, Adam state, PP bubble."""
+    _check_positive(params=params, tokens=tokens, gpus=gpus, mfu=mfu, pp=pp, micro_batches=micro_batches)
+    if mfu > 1:
+        raise PlanningInputError(f"--mfu: must be a fraction in (0, 1], got {mfu}")
+    g = catalog.gpu(gpu, "--gpu")
+    out = economics.training_estimate(params, tokens, g.peak_flops_per_s("bf16"), gpus, mfu)
+    m = micro_batches if micro_batches is not None else pp
+    out.update({"params": params, "tokens": tokens, "gpu": g.id, "gpus": gpus, "mfu": mfu,
+                "pp": pp, "micro_batches": m,
+                "pipeline_bubble_fraction": float(pipeline_bubble_fraction(pp, m))})
+    return out
+
+
+def _scalar(v):
+    v = np.asarray(v).reshape(-1)[0]
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, str) or v.dtype.kind in "US":
+        return str(v)
+    return float(v)

@@ -1,0 +1,248 @@
+"""The ``planner`` command line: argument parsing, printing and exit codes; nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import pandas as pd
+
+from planner import jsonio
+from planner.schema import PlanningInputError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+
+
+class UsageError(Exception):
+    """A command-line usage problem (exit code 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got '{text}'") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {value}")
+    return value
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got '{text}'")
+    return values
+
+
+def _catalog(args):
+    from planner.catalog import load_catalog
+
+    return load_catalog(getattr(args, "catalog_dir", None))
+
+
+def _serving_params(args):
+    from planner.serving.params import ServingParams
+
+    return ServingParams().with_overrides(
+        memory_efficiency=getattr(args, "mem_eff", None),
+        compute_efficiency=getattr(args, "compute_eff", None),
+    )
+
+
+def _print_table(rows: list[tuple[str, object]]) -> None:
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        if isinstance(value, float):
+            value = f"{value:.6g}"
+        print(f"{key:<{width}}  {value}")
+
+
+def _emit(args, result: dict, table_keys=None) -> None:
+    if args.json:
+        print(jsonio.dumps(result))
+        return
+    keys = table_keys or sorted(k for k, v in result.items() if not isinstance(v, (dict, list)))
+    _print_table([(k, result[k]) for k in keys if k in result])
+
+
+# ---------------------------------------------------------------- commands
+
+def cmd_eval(args) -> int:
+    from planner.calculators import eval_config
+
+    result = eval_config(
+        _catalog(args), model=args.model, gpu=args.gpu, tp=args.tp, pp=args.pp,
+        quant=args.quant, kv_dtype=args.kv_dtype, batch=args.batch, users=args.users,
+        prompt=args.prompt, output=args.output, context=args.context, price=args.price,
+        params=_serving_params(args))
+    if args.rate is not None or args.slo_ttft_p95 is not None or args.slo_tpot_p95 is not None:
+        from planner.calculators import eval_under_load
+
+        result.update(eval_under_load(_catalog(args), result, rate_per_s=args.rate,
+                                      slo_ttft_p95_s=args.slo_ttft_p95, slo_tpot_p95_s=args.slo_tpot_p95,
+                                      params=_serving_params(args)))
+    _emit(args, result)
+    return EXIT_OK
+
+
+def cmd_knee(args) -> int:
+    from planner.calculators import knee
+
+    _emit(args, knee(_catalog(args), model=args.model, context=args.context,
+                     quant=args.quant, kv_dtype=args.kv_dtype))
+    return EXIT_OK
+
+
+def cmd_sweep(args) -> int:
+    from planner.calculators import sweep
+
+    table = sweep(_catalog(args), model=args.model, gpu=args.gpu, context=args.context,
+                  batches=args.batches, tp=args.tp, pp=args.pp, quant=args.quant,
+                  kv_dtype=args.kv_dtype, params=_serving_params(args))
+    if args.json:
+        print(jsonio.dumps({**table.attrs, "rows": table.to_dict(orient="records")}))
+    elif args.csv:
+        print(table.to_csv(index=False), end="")
+    else:
+        print(table.to_string(index=False))
+    return EXIT_OK
+
+
+def cmd_train(args) -> int:
+    from planner.calculators import train
+
+    _emit(args, train(_catalog(args), params=args.params, tokens=args.tokens, gpu=args.gpu,
+                      gpus=args.gpus, mfu=args.mfu, pp=args.pp, micro_batches=args.micro_batches))
+    return EXIT_OK
+
+
+def cmd_catalog(args) -> int:
+    from planner.catalog_views import catalog_table
+
+    table = catalog_table(_catalog(args), args.kind)
+    if args.json:
+        print(jsonio.dumps({args.kind: table.to_dict(orient="records")}))
+    else:
+        with pd.option_context("display.max_rows", None, "display.max_columns", None,
+                               "display.width", 200, "display.max_colwidth", 40):
+            print(table.drop(columns=[c for c in ("source", "notes") if c in table]).to_string(index=False))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- parser
+
+def _add_config_args(p, gpu_required=True) -> None:
+    p.add_argument("--model", required=True, help="catalog model id or alias, or a HuggingFace config.json path")
+    if gpu_required:
+        p.add_argument("--gpu", required=True, help="catalog GPU id or alias")
+        p.add_argument("--tp", type=_positive_int, default=1, help="tensor-parallel degree N")
+        p.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel stages S")
+    p.add_argument("--quant", default="bf16", help="weight format (bf16, fp8, int4-awq, ...)")
+    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
+
+
+def _add_efficiency_args(p) -> None:
+    p.add_argument("--mem-eff", type=float, help="memory-bandwidth efficiency eta_m (default 0.8)")
+    p.add_argument("--compute-eff", type=float, help="compute efficiency eta_c (default 0.6)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="planner", description="LLM deployment planner: which GPUs, how many, "
+                     "in which configuration, how fast, at what cost per million tokens.")
+    parser.add_argument("--catalog-dir", help="directory with gpus/models/quantization/prices YAML "
+                        "(default: the shipped catalogs)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("eval", help="evaluate one configuration (the comprehensive playground)")
+    _add_config_args(p)
+    p.add_argument("--batch", type=_positive_int, default=1, help="max batch B_max (decode batch b = min(U, B_max))")
+    p.add_argument("--users", type=_positive_int, help="concurrent users U (default: the batch)")
+    p.add_argument("--prompt", type=_positive_int, default=1024, help="prompt tokens p")
+    p.add_argument("--output", type=_positive_int, default=256, help="output tokens o")
+    p.add_argument("--context", type=float, help="mean decode context c (default p + o/2)")
+    p.add_argument("--price", type=float, help="USD per GPU-hour (default: the catalog's default price)")
+    p.add_argument("--rate", type=float, help="Poisson request rate [1/s]: adds ttft_p95_s, tpot_p95_s")
+    p.add_argument("--slo-ttft-p95", type=float, help="p95 TTFT SLO [s]: with --slo-tpot-p95 adds max_rate_per_s")
+    p.add_argument("--slo-tpot-p95", type=float, help="p95 TPOT SLO [s]")
+    _add_efficiency_args(p)
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("knee", help="decode batch knee B_knee and recommended max_num_seqs")
+    _add_config_args(p, gpu_required=False)
+    p.add_argument("--context", type=float, required=True, help="mean context tokens per sequence")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_knee)
+
+    p = sub.add_parser("sweep", help="batch sweep: TPOT and throughput per batch size")
+    _add_config_args(p)
+    p.add_argument("--context", type=float, required=True, help="mean context tokens per sequence")
+    p.add_argument("--batches", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+                   help="comma-separated batch sizes")
+    _add_efficiency_args(p)
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true")
+    fmt.add_argument("--csv", action="store_true")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("train", help="training compute C = 6ND, duration, optimizer memory")
+    p.add_argument("--params", type=float, required=True, help="parameters N (e.g. 405e9)")
+    p.add_argument("--tokens", type=float, required=True, help="training tokens D (e.g. 15.6e12)")
+    p.add_argument("--gpu", required=True)
+    p.add_argument("--gpus", type=_positive_int, required=True)
+    p.add_argument("--mfu", type=float, default=0.4, help="model FLOPs utilization in (0, 1]")
+    p.add_argument("--pp", type=_positive_int, default=1, help="pipeline stages, for the bubble")
+    p.add_argument("--micro-batches", type=_positive_int, help="micro-batches per step (default: pp)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("catalog", help="list catalog entries with their sources")
+    p.add_argument("kind", choices=["gpus", "models", "quantization", "prices"])
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_catalog)
+
+    for register in _EXTRA_COMMANDS:
+        register(sub)
+    return parser
+
+
+#: Registration hooks of commands defined in other modules (solve, simulate, ...).
+_EXTRA_COMMANDS: list = []
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except PlanningInputError as exc:
+        for line in exc.problems:
+            print(f"error: {line}", file=sys.stderr)
+        return EXIT_INPUT
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # output piped into `head`: not an error
+        sys.stderr.close()
+        return EXIT_OK
+    except Exception as exc:  # noqa: BLE001 - the one place that turns crashes into exit 1
+        if os.environ.get("PLANNER_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set PLANNER_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""Frozen pydantic models of every catalog input, and the one error type for bad input."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from planner.units import BITS_PER_BYTE, GIGA, TERA
+
+
+class PlanningInputError(ValueError):
+    """Invalid user input: an unknown id, a field out of range, a malformed file.
+
+    ``problems`` holds one line per problem, each starting with the YAML path of the
+    offending field (``workloads[1].slo.tpot_p95_s: must be > 0``).
+    """
+
+    def __init__(self, problems: list[str] | str):
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class Strict(BaseModel):
+    """Base of every input model: immutable, unknown keys rejected."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+CatalogId = str
+
+LinkKind = Literal["nvlink", "infinity-fabric", "pcie", "ethernet", "none"]
+MathUnit = Literal["bf16", "fp8", "int8", "fp4"]
+
+
+class GpuSpec(Strict):
+    """One accelerator: memory, bandwidth, dense peak FLOP/s per precision, scale-up link."""
+
+    id: CatalogId
+    name: str
+    vendor: Literal["nvidia", "amd", "intel", "apple", "google"]
+    aliases: tuple[str, ...] = ()
+    memory_gb: float = Field(gt=0)
+    memory_bandwidth_tb_per_s: float = Field(gt=0)
+    bf16_tflops: float | None = Field(default=None, gt=0)
+    fp8_tflops: float | None = Field(default=None, gt=0)
+    fp4_tflops: float | None = Field(default=None, gt=0)
+    int8_tops: float | None = Field(default=None, gt=0)
+    scale_up_link: LinkKind
+    scale_up_gb_per_s_per_direction: float | None = Field(default=None, gt=0)
+    max_gpus_per_scale_up_domain: int = Field(ge=1)
+    tdp_watts: float | None = Field(default=None, gt=0)
+    estimate: bool = False
+    source: str
+    notes: str | None = None
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gb * GIGA
+
+    @property
+    def memory_bandwidth_bytes_per_s(self) -> float:
+        return self.memory_bandwidth_tb_per_s * TERA
+
+    @property
+    def link_bytes_per_s(self) -> float:
+        """Scale-up bandwidth per direction; 0 when the GPU has no link to a peer."""
+        return (self.scale_up_gb_per_s_per_direction or 0.0) * GIGA
+
+    def peak_flops_per_s(self, math: MathUnit) -> float | None:
+        """Dense peak for a math unit, or None when the GPU lacks it natively."""
+        tera = {"bf16": self.bf16_tflops, "fp8": self.fp8_tflops,
+                "fp4": self.fp4_tflops, "int8": self.int8_tops}[math]
+        return None if tera is None else tera * TERA
+
+    @property
+    def ridge_point_flop_per_byte(self) -> float | None:
+        """BF16 ridge point pi / beta [FLOP/byte]; None without a BF16 figure."""
+        if self.bf16_tflops is None:
+            return None
+        return self.bf16_tflops / self.memory_bandwidth_tb_per_s
+
+
+class ModelSpec(Strict):
+    """One transformer: sizes, attention kind (GQA/MLA, sliding windows) and MoE shape."""
+
+    id: CatalogId
+    name: str
+    aliases: tuple[str, ...] = ()
+    hf_config: str | None = None
+    params_total: float = Field(gt=0)
+    params_active: float = Field(gt=0)
+    routed_expert_params: float = Field(default=0.0, ge=0)
+    num_experts: int = Field(default=0, ge=0)
+    experts_per_token: int = Field(default=0, ge=0)
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    intermediate_size: int | None = Field(default=None, ge=1)
+    moe_intermediate_size: int | None = Field(default=None, ge=1)
+    vocab_size: int | None = Field(default=None, ge=1)
+    attention: Literal["gqa", "mla"] = "gqa"
+    kv_lora_rank: int | None = Field(default=None, ge=1)
+    qk_rope_head_dim: int | None = Field(default=None, ge=0)
+    sliding_window_tokens: int | None = Field(default=None, ge=1)
+    sliding_window_layers: int = Field(default=0, ge=0)
+    max_context_tokens: int = Field(ge=1)
+    source: str
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelSpec":
+        if self.params_active > self.params_total * (1 + 1e-9):
+            raise ValueError("params_active must be <= params_total")
+        if self.routed_expert_params > self.params_total:
+            raise ValueError("routed_expert_params must be <= params_total")
+        if (self.num_experts > 0) != (self.experts_per_token > 0):
+            raise ValueError("num_experts and experts_per_token must both be set for MoE")
+        if self.experts_per_token > self.num_experts:
+            raise ValueError("experts_per_token must be <= num_experts")
+        if self.attention == "mla" and (self.kv_lora_rank is None or self.qk_rope_head_dim is None):
+            raise ValueError("attention 'mla' needs kv_lora_rank and qk_rope_head_dim")
+        if self.sliding_window_layers > self.num_layers:
+            raise ValueError("sliding_window_layers must be <= num_layers")
+        if self.sliding_window_layers and self.sliding_window_tokens is None:
+            raise ValueError("sliding_window_layers needs sliding_window_tokens")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def full_attention_layers(self) -> int:
+        return self.num_layers - self.sliding_window_layers
+
+
+class WeightFormat(Strict):
+    """A weight quantization format: storage bits and the math unit it runs on."""
+
+    id: CatalogId
+    name: str
+    aliases: tuple[str, ...] = ()
+    bits_per_weight: float = Field(gt=0, le=32)
+    math: MathUnit
+    fallback: Literal["weight-only", "none"] = "weight-only"
+    unsupported_gpus: tuple[str, ...] = ()
+    engines: dict[str, str | None] = Field(default_factory=dict)
+    source: str
+    notes: str | None = None
+
+    @property
+    def bytes_per_weight(self) -> float:
+        return self.bits_per_weight / BITS_PER_BYTE
+
+
+class KvCacheDtype(Strict):
+    """A KV-cache element type."""
+
+    id: CatalogId
+    aliases: tuple[str, ...] = ()
+    bits_per_element: float = Field(gt=0, le=32)
+    source: str
+    notes: str | None = None
+
+    @property
+    def bytes_per_element(self) -> float:
+        return self.bits_per_element / BITS_PER_BYTE
+
+
+Offering = Literal["on-demand", "reserved-1y", "reserved-3y", "spot"]
+
+
+class RentalPrice(Strict):
+    """USD per GPU-hour for one GPU, offering and provider, dated."""
+
+    gpu: CatalogId
+    offering: Offering
+    usd_per_gpu_hour: float = Field(gt=0)
+    provider: str
+    as_of: _dt.date
+    default: bool = False
+    source: str
+    notes: str | None = None
+
+
+class PurchasePrice(Strict):
+    """Purchase price of a GPU (and of a server, when known), dated."""
+
+    gpu: CatalogId
+    usd_per_gpu: float = Field(gt=0)
+    usd_per_server: float | None = Field(default=None, gt=0)
+    gpus_per_server: int | None = Field(default=None, ge=1)
+    as_of: _dt.date
+    source: str
+    notes: str | None = None
+
+
+class GpuCatalog(Strict):
+    catalog_version: str
+    gpus: tuple[GpuSpec, ...]
+
+
+class ModelCatalog(Strict):
+    catalog_version: str
+    models: tuple[ModelSpec, ...]
+
+
+class QuantizationCatalog(Strict):
+    catalog_version: str
+    weight_formats: tuple[WeightFormat, ...]
+    kv_cache_dtypes: tuple[KvCacheDtype, ...]
+
+
+class PriceCatalog(Strict):
+    catalog_version: str
+    rental: tuple[RentalPrice, ...] = ()
+    purchase: tuple[PurchasePrice, ...] = ()
+
+    @field_validator("rental")
+    @classmethod
+    def _one_default_per_gpu(cls, rental):
+        seen: set[str] = set()
+        for row in rental:
+            if row.default:
+                if row.gpu in seen:
+                    raise ValueError(f"more than one default price for {row.gpu}")
+                seen.add(row.gpu)
+        return rental

@@ -1,0 +1,114 @@
+"""The configurations the serving model computes over: one numpy array per quantity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+LINK_NONE, LINK_FAST, LINK_SLOW = 0, 1, 2  # none | nvlink/infinity-fabric | pcie/ethernet
+
+
+@dataclass(frozen=True)
+class ConfigArrays:
+    """Columns of configurations (all broadcastable against each other).
+
+    Model columns
+        n_layers, hidden_size, n_kv_heads, head_dim, params_total, params_active,
+        routed_expert_params, num_experts, experts_per_token, kv_elems_per_token_layer
+        (K+V elements per token per layer: 2 n_kv d_h, or MLA kv_lora_rank + rope dim),
+        kv_split_by_tp (1 for GQA heads split over TP, 0 for MLA's replicated latent),
+        window_layers, window_tokens (sliding-window layers and their window).
+    GPU columns
+        memory_bytes, bandwidth_bytes_per_s, peak_flops_per_s (of the math unit used),
+        link_bytes_per_s (per direction), link_kind (LINK_NONE/FAST/SLOW).
+    Configuration columns
+        tp, pp, weight_bytes_per_param, kv_bytes_per_element, batch (sequences per
+        decode step), prompt_tokens, output_tokens, context_tokens (mean decode context).
+    """
+
+    n_layers: np.ndarray
+    hidden_size: np.ndarray
+    n_kv_heads: np.ndarray
+    head_dim: np.ndarray
+    params_total: np.ndarray
+    params_active: np.ndarray
+    routed_expert_params: np.ndarray
+    num_experts: np.ndarray
+    experts_per_token: np.ndarray
+    kv_elems_per_token_layer: np.ndarray
+    kv_split_by_tp: np.ndarray
+    window_layers: np.ndarray
+    window_tokens: np.ndarray
+    memory_bytes: np.ndarray
+    bandwidth_bytes_per_s: np.ndarray
+    peak_flops_per_s: np.ndarray
+    link_bytes_per_s: np.ndarray
+    link_kind: np.ndarray
+    tp: np.ndarray
+    pp: np.ndarray
+    weight_bytes_per_param: np.ndarray
+    kv_bytes_per_element: np.ndarray
+    batch: np.ndarray
+    prompt_tokens: np.ndarray
+    output_tokens: np.ndarray
+    context_tokens: np.ndarray
+
+    def __post_init__(self):
+        for f in fields(self):
+            object.__setattr__(self, f.name, np.asarray(getattr(self, f.name), dtype=float))
+
+    def replace(self, **changes) -> "ConfigArrays":
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(changes)
+        return ConfigArrays(**values)
+
+    @property
+    def shape(self) -> tuple:
+        return np.broadcast_shapes(*(getattr(self, f.name).shape for f in fields(self)))
+
+
+MODEL_COLUMNS = ("n_layers", "hidden_size", "n_kv_heads", "head_dim", "params_total",
+                 "params_active", "routed_expert_params", "num_experts", "experts_per_token",
+                 "kv_elems_per_token_layer", "kv_split_by_tp", "window_layers", "window_tokens")
+GPU_COLUMNS = ("memory_bytes", "bandwidth_bytes_per_s", "link_bytes_per_s", "link_kind")
+
+
+def model_columns(model) -> dict:
+    """The model columns of a :class:`~planner.schema.ModelSpec` as scalars."""
+    if model.attention == "mla":
+        kv_elems, split = model.kv_lora_rank + model.qk_rope_head_dim, 0.0
+    else:
+        kv_elems, split = 2 * model.num_kv_heads * model.head_dim, 1.0
+    return {
+        "n_layers": model.num_layers, "hidden_size": model.hidden_size,
+        "n_kv_heads": model.num_kv_heads, "head_dim": model.head_dim,
+        "params_total": model.params_total, "params_active": model.params_active,
+        "routed_expert_params": model.routed_expert_params,
+        "num_experts": model.num_experts, "experts_per_token": model.experts_per_token,
+        "kv_elems_per_token_layer": kv_elems, "kv_split_by_tp": split,
+        "window_layers": model.sliding_window_layers,
+        "window_tokens": model.sliding_window_tokens or 0,
+    }
+
+
+def gpu_columns(gpu) -> dict:
+    """The GPU columns of a :class:`~planner.schema.GpuSpec` (peak FLOP/s chosen separately)."""
+    kind = {"none": LINK_NONE, "nvlink": LINK_FAST, "infinity-fabric": LINK_FAST}.get(gpu.scale_up_link, LINK_SLOW)
+    return {
+        "memory_bytes": gpu.memory_bytes, "bandwidth_bytes_per_s": gpu.memory_bandwidth_bytes_per_s,
+        "link_bytes_per_s": gpu.link_bytes_per_s, "link_kind": kind,
+    }
+
+
+def math_flops_per_s(gpu, weight_format) -> tuple[float, bool]:
+    """Peak FLOP/s the format's math runs at on ``gpu``, and whether it fell back to BF16.
+
+    A format whose math unit the GPU lacks (FP8 on Ampere, FP4 on Hopper) runs weight-only:
+    weights stored compressed, dequantized to BF16 math.
+    """
+    native = gpu.peak_flops_per_s(weight_format.math)
+    if native is not None:
+        return native, False
+    bf16 = gpu.peak_flops_per_s("bf16")
+    return (np.nan if bf16 is None else bf16), True

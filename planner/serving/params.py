@@ -1,0 +1,49 @@
+"""Named, documented, overridable constants of the analytic serving model."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from planner.units import GIGA, MICROSECONDS
+
+
+@dataclass(frozen=True)
+class ServingParams:
+    """Efficiencies and overheads of the serving model (the seeds' defaults).
+
+    Every field may be a scalar or a numpy array broadcastable against the configurations
+    (per-GPU calibrated values). Override with :meth:`with_overrides`, the problem YAML's
+    ``serving:`` section, CLI flags or a calibration file.
+    """
+
+    #: eta_m: fraction of peak memory bandwidth kernels achieve (seed: 0.8; "70-90%").
+    memory_efficiency: float = 0.8
+    #: eta_c: fraction of dense peak FLOP/s kernels achieve (seed: 0.6; "40-70%").
+    compute_efficiency: float = 0.6
+    #: Fraction of GPU memory the engine may use (vLLM ``gpu_memory_utilization``, 0.9).
+    gpu_memory_utilization: float = 0.9
+    #: Per-GPU workspace: CUDA context, kernel buffers, activations (seed: 2 GB).
+    workspace_bytes: float = 2.0 * GIGA
+    #: tau: fixed latency of one all-reduce over NVLink/Infinity Fabric (seed: 5 us).
+    allreduce_latency_nvlink_s: float = 5.0 * MICROSECONDS
+    #: tau: fixed latency of one all-reduce over PCIe/Ethernet (seed: 20 us).
+    allreduce_latency_pcie_s: float = 20.0 * MICROSECONDS
+    #: Bytes per activation element sent in all-reduces and between pipeline stages (BF16).
+    activation_bytes: float = 2.0
+    #: Fixed latency of one pipeline-stage hand-off (seed has none; one link latency).
+    pipeline_hop_latency_s: float = 5.0 * MICROSECONDS
+    #: Fixed per-decode-step overhead (scheduling, kernel launches); 0 in the seeds.
+    step_overhead_s: float = 0.0
+
+    def with_overrides(self, **overrides) -> "ServingParams":
+        """A copy with some fields replaced; unknown names raise ``TypeError``."""
+        unknown = set(overrides) - {f.name for f in fields(self)}
+        if unknown:
+            raise TypeError(f"unknown serving parameter(s): {', '.join(sorted(unknown))}")
+        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+SEED_PARAMS = ServingParams()

@@ -1,0 +1,167 @@
+"""Roofline step times: decode (TPOT), prefill, TP all-reduce, MoE expert reads, PP.
+
+Every function takes :class:`ConfigArrays` (one element per configuration) and returns
+arrays in SI units. With pipeline parallelism S, a decode round visits S stages, each with
+1/S of the layers and a micro-batch of b/S sequences, so TPOT = S * stage time; the whole
+round reads the weights once per micro-batch and the KV once (no single-request speed-up).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.serving.arrays import LINK_FAST, ConfigArrays
+from planner.serving.memory import kv_bytes_per_seq, kv_fraction_per_gpu, weights_bytes
+from planner.serving.params import ServingParams
+
+
+def ridge_point(peak_flops_per_s, bandwidth_bytes_per_s) -> np.ndarray:
+    """pi / beta [FLOP/byte]: intensity above which a kernel is compute bound."""
+    return np.asarray(peak_flops_per_s, dtype=float) / np.asarray(bandwidth_bytes_per_s, dtype=float)
+
+
+def expert_read_fraction(c: ConfigArrays, tokens) -> np.ndarray:
+    """Expected fraction of routed experts a step touches: 1 - (1 - k/E)^tokens (0 dense)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        miss = np.where(c.num_experts > 0, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
+    return np.where(c.num_experts > 0, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
+
+
+def weight_read_bytes(c: ConfigArrays, tokens) -> np.ndarray:
+    """M_w_read(b): dense part + routed experts * expert_read_fraction(b) [bytes]."""
+    expert_bytes = c.routed_expert_params * c.weight_bytes_per_param
+    return weights_bytes(c) - expert_bytes + expert_bytes * expert_read_fraction(c, tokens)
+
+
+def allreduce_latency_s(c: ConfigArrays, p: ServingParams) -> np.ndarray:
+    """tau per all-reduce: NVLink-class links vs PCIe/Ethernet."""
+    return np.where(c.link_kind == LINK_FAST, p.allreduce_latency_nvlink_s, p.allreduce_latency_pcie_s)
+
+
+def tp_comm_time_s(c: ConfigArrays, p: ServingParams, tokens) -> np.ndarray:
+    """t_comm = 2L (2(N-1)/N * a*tokens*d / beta_link + tau) for N > 1, else 0.
+
+    ``tokens`` rows cross each all-reduce (the batch in decode, the prompt in prefill);
+    a = activation bytes (2 for BF16, the seed's "2bd").
+    """
+    n = c.tp
+    volume = 2.0 * (n - 1.0) / n * p.activation_bytes * np.asarray(tokens, dtype=float) * c.hidden_size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        transfer = np.where(c.link_bytes_per_s > 0, volume / c.link_bytes_per_s, np.inf)
+    t = 2.0 * c.n_layers * (transfer + allreduce_latency_s(c, p))
+    return np.where(n > 1, t, 0.0)
+
+
+def pp_hop_time_s(c: ConfigArrays, p: ServingParams, tokens) -> np.ndarray:
+    """Activation hand-offs between S stages: (S-1) * (a*tokens*d / link + hop latency)."""
+    volume = p.activation_bytes * np.asarray(tokens, dtype=float) * c.hidden_size
+    with np.errstate(divide="ignore", invalid="ignore"):
+        transfer = np.where(c.link_bytes_per_s > 0, volume / c.link_bytes_per_s, 0.0)
+    return (c.pp - 1.0) * (transfer + p.pipeline_hop_latency_s)
+
+
+def decode_flops_per_token(c: ConfigArrays, context_tokens=None) -> np.ndarray:
+    """2 P_act + 4 L d c [FLOP]: weights plus attention over the context."""
+    ctx = c.context_tokens if context_tokens is None else context_tokens
+    return 2.0 * c.params_active + 4.0 * c.n_layers * c.hidden_size * ctx
+
+
+def decode_times(c: ConfigArrays, p: ServingParams, batch=None, context_tokens=None) -> dict:
+    """One decode step of ``batch`` sequences (default ``c.batch``) at mean context.
+
+    Returns
+    -------
+    dict of arrays: ``t_mem_s``, ``t_comp_s``, ``t_comm_s``, ``tpot_s``, ``bytes_read_per_gpu``,
+    ``flops``, ``memory_bound`` (bool).
+
+    Notes
+    -----
+    Per micro-batch m = b/S on one stage (L/S layers), per GPU:
+    t_mem = (M_w_read(m)/(N S) + m c M_KV f_kv) / (beta eta_m), f_kv the GPU's share of
+    the KV (1/(N S) for GQA with N <= n_kv; replicated heads and MLA latents cost more),
+    t_comp = m (2 P_act + 4 L d c) / (N S pi eta_c), t_comm over L/S layers;
+    TPOT = S (max(t_mem, t_comp) + t_comm) + PP hops + step overhead. For S = 1 this is
+    the seed's TPOT = max(t_mem, t_comp) + t_comm.
+    """
+    b = c.batch if batch is None else np.asarray(batch, dtype=float)
+    ctx = c.context_tokens if context_tokens is None else np.asarray(context_tokens, dtype=float)
+    micro = b / c.pp
+    nS = c.tp * c.pp
+    gpu_bytes = weight_read_bytes(c, micro) / nS + micro * kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c)
+    flops = micro * decode_flops_per_token(c, ctx)
+    t_mem = gpu_bytes / (c.bandwidth_bytes_per_s * p.memory_efficiency)
+    t_comp = flops / (nS * c.peak_flops_per_s * p.compute_efficiency)
+    t_comm = tp_comm_time_s(c, p, micro) / c.pp
+    stage = np.maximum(t_mem, t_comp) + t_comm
+    tpot = c.pp * stage + pp_hop_time_s(c, p, micro) + p.step_overhead_s
+    return {"t_mem_s": c.pp * t_mem, "t_comp_s": c.pp * t_comp, "t_comm_s": c.pp * t_comm,
+            "tpot_s": tpot, "bytes_read_per_gpu": gpu_bytes * c.pp, "flops": flops * c.pp,
+            "memory_bound": t_mem >= t_comp}
+
+
+def decode_arithmetic_intensity(c: ConfigArrays, batch=None) -> np.ndarray:
+    """FLOP per byte of one decode step: b(2P_act + 4Ldc) / (M_w_read(b) + b c M_KV)."""
+    b = c.batch if batch is None else np.asarray(batch, dtype=float)
+    return b * decode_flops_per_token(c) / (weight_read_bytes(c, b) + b * kv_bytes_per_seq(c))
+
+
+def kv_read_arithmetic_intensity(c: ConfigArrays) -> np.ndarray:
+    """Attention's own intensity 4Ldc / (c * KV bytes per token), batch-independent.
+
+    Notes
+    -----
+    For BF16 GQA this is d / (n_kv d_h) (Llama 3 8B: 4096 / 1024 = 4 FLOP/byte).
+    """
+    return 4.0 * c.n_layers * c.hidden_size / (c.n_layers * c.kv_elems_per_token_layer * c.kv_bytes_per_element)
+
+
+def prefill_time_s(c: ConfigArrays, p: ServingParams, prompt_tokens=None) -> np.ndarray:
+    """t_pf = max(p(2P_act + 2Ldp)/(N pi eta_c), M_w_read(p)/(N beta eta_m)) + t_comm(p).
+
+    With PP the stages run one after the other: the same total work plus hops.
+    """
+    pt = c.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
+    flops = pt * (2.0 * c.params_active + 2.0 * c.n_layers * c.hidden_size * pt)
+    t_comp = flops / (c.tp * c.peak_flops_per_s * p.compute_efficiency)
+    t_mem = weight_read_bytes(c, pt) / (c.tp * c.bandwidth_bytes_per_s * p.memory_efficiency)
+    return np.maximum(t_comp, t_mem) + tp_comm_time_s(c, p, pt) + pp_hop_time_s(c, p, pt)
+
+
+def pipeline_bubble_fraction(stages, micro_batches) -> np.ndarray:
+    """GPipe bubble (S - 1) / (m + S - 1)."""
+    s = np.asarray(stages, dtype=float)
+    return (s - 1.0) / (np.asarray(micro_batches, dtype=float) + s - 1.0)
+
+
+def prefill_flops_per_token(c: ConfigArrays, prompt_tokens) -> np.ndarray:
+    """2 P_act + 2 L d p [FLOP]: per prompt token, attention over half the prompt on average."""
+    return 2.0 * c.params_active + 2.0 * c.n_layers * c.hidden_size * np.asarray(prompt_tokens, dtype=float)
+
+
+def mixed_step_time_s(c: ConfigArrays, p: ServingParams, decode_batch, prefill_tokens,
+                      context_tokens=None, prompt_tokens=None) -> np.ndarray:
+    """One continuous-batching iteration: ``decode_batch`` decodes plus a prefill chunk.
+
+    Notes
+    -----
+    The chunk's ``prefill_tokens`` share the step's weight read with the decodes
+    (chunked prefill, Sarathi-Serve): bytes = M_w_read(n + t)/(N S) + n c M_KV f_kv,
+    FLOPs = n (2 P_act + 4 L d c) + t (2 P_act + 2 L d p); time = S * max(t_mem, t_comp)
+    + all-reduces over n + t rows + PP hops + step overhead. With ``prefill_tokens = 0``
+    this equals :func:`decode_times`' TPOT; with ``decode_batch = 0``, a whole prompt and
+    S = 1 it equals :func:`prefill_time_s` (plus the step overhead). With S > 1 the rows are
+    split into S micro-batches that pipeline through the stages, as in decode.
+    """
+    n = np.asarray(decode_batch, dtype=float)
+    t = np.asarray(prefill_tokens, dtype=float)
+    ctx = c.context_tokens if context_tokens is None else np.asarray(context_tokens, dtype=float)
+    pt = c.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
+    nS = c.tp * c.pp
+    rows = (n + t) / c.pp
+    gpu_bytes = (weight_read_bytes(c, rows) / nS
+                 + n / c.pp * kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c))
+    flops = n * decode_flops_per_token(c, ctx) + t * prefill_flops_per_token(c, pt)
+    t_mem = c.pp * gpu_bytes / (c.bandwidth_bytes_per_s * p.memory_efficiency)
+    t_comp = flops / (nS * c.peak_flops_per_s * p.compute_efficiency)
+    comm = tp_comm_time_s(c, p, rows)
+    return np.maximum(t_mem, t_comp) + comm + pp_hop_time_s(c, p, rows) + p.step_overhead_s
