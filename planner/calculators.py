@@ -48,8 +48,13 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
                 quant: str = "bf16", kv_dtype: str = "bf16", batch: int = 1,
                 users: int | None = None, prompt: int = 1024, output: int = 256,
                 context: float | None = None, price: float | None = None,
-                params: ServingParams | None = None) -> dict:
-    """Every quantity of the comprehensive playground for one configuration (SI units)."""
+                params: ServingParams | None = None, rate_per_s: float | None = None,
+                slo_ttft_p95_s: float | None = None, slo_tpot_p95_s: float | None = None) -> dict:
+    """Every quantity of the comprehensive playground for one configuration (SI units).
+
+    With ``rate_per_s`` adds p95 TTFT/TPOT under Poisson load; with both SLOs adds the
+    capacity at SLO ``max_rate_per_s`` (see :func:`eval_under_load`).
+    """
     _check_positive(tp=tp, pp=pp, batch=batch, users=users, prompt=prompt, output=output, price=price)
     if context is not None and context < 0:
         raise PlanningInputError(f"--context: must be >= 0, got {context}")
@@ -75,6 +80,10 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
     })
     if price is None:
         result.pop("usd_per_million_tokens", None)
+    if rate_per_s is not None or slo_ttft_p95_s is not None or slo_tpot_p95_s is not None:
+        result.update(eval_under_load(arrays.replace(batch=float(batch)), result, rate_per_s=rate_per_s,
+                                      slo_ttft_p95_s=slo_ttft_p95_s, slo_tpot_p95_s=slo_tpot_p95_s,
+                                      params=params))
     return result
 
 
@@ -141,3 +150,37 @@ def _scalar(v):
     if isinstance(v, str) or v.dtype.kind in "US":
         return str(v)
     return float(v)
+
+
+def eval_under_load(arrays, config: dict, *, rate_per_s: float | None = None,
+                    slo_ttft_p95_s: float | None = None, slo_tpot_p95_s: float | None = None,
+                    prompt_dist=None, output_dist=None, prefix_hit_fraction: float = 0.0,
+                    params: ServingParams | None = None) -> dict:
+    """p95 TTFT/TPOT at a Poisson rate, and the capacity at SLO, of one configuration.
+
+    ``arrays`` holds the configuration with ``batch`` = its max batch; ``config`` is
+    :func:`eval_config`'s result. Lengths default to its fixed prompt and output.
+    """
+    from planner.serving.queueing import TrafficArrays, capacity_at_slo, state_at_rate
+    from planner.traffic import Fixed
+
+    if (slo_ttft_p95_s is None) != (slo_tpot_p95_s is None):
+        raise PlanningInputError("--slo-ttft-p95 and --slo-tpot-p95 go together: give both")
+    _check_positive(rate=rate_per_s, slo_ttft_p95=slo_ttft_p95_s, slo_tpot_p95=slo_tpot_p95_s)
+    params = params or ServingParams()
+    prompt = prompt_dist or Fixed(int(config["prompt_tokens"]))
+    output = output_dist or Fixed(int(config["output_tokens"]))
+    traffic = TrafficArrays.from_distributions(prompt, output, prefix_hit_fraction)
+    out: dict = {}
+    if rate_per_s is not None:
+        state = state_at_rate(arrays, params, traffic, rate_per_s)
+        out.update({"rate_per_s": rate_per_s, "ttft_p95_s": _scalar(state["ttft_p95_s"]),
+                    "tpot_p95_s": _scalar(state["tpot_p95_s"]), "tpot_mean_s": _scalar(state["tpot_mean_s"]),
+                    "mean_decode_batch": _scalar(state["occupancy"]),
+                    "overloaded": bool(np.asarray(state["overloaded"]).reshape(-1)[0])})
+    if slo_ttft_p95_s is not None:
+        cap = capacity_at_slo(arrays, params, traffic, slo_ttft_p95_s, slo_tpot_p95_s)
+        fits = config.get("kv_budget_bytes_per_gpu", 1.0) > 0
+        out.update({"slo_ttft_p95_s": slo_ttft_p95_s, "slo_tpot_p95_s": slo_tpot_p95_s,
+                    "max_rate_per_s": _scalar(cap["max_rate_per_s"]) if fits else 0.0})
+    return out

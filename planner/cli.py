@@ -83,13 +83,8 @@ def cmd_eval(args) -> int:
         _catalog(args), model=args.model, gpu=args.gpu, tp=args.tp, pp=args.pp,
         quant=args.quant, kv_dtype=args.kv_dtype, batch=args.batch, users=args.users,
         prompt=args.prompt, output=args.output, context=args.context, price=args.price,
-        params=_serving_params(args))
-    if args.rate is not None or args.slo_ttft_p95 is not None or args.slo_tpot_p95 is not None:
-        from planner.calculators import eval_under_load
-
-        result.update(eval_under_load(_catalog(args), result, rate_per_s=args.rate,
-                                      slo_ttft_p95_s=args.slo_ttft_p95, slo_tpot_p95_s=args.slo_tpot_p95,
-                                      params=_serving_params(args)))
+        params=_serving_params(args), rate_per_s=args.rate, slo_ttft_p95_s=args.slo_ttft_p95,
+        slo_tpot_p95_s=args.slo_tpot_p95)
     _emit(args, result)
     return EXIT_OK
 

@@ -11,8 +11,9 @@ from planner.serving.params import ServingParams
 
 def seed_queue_wait_s(users, batch, prefill_s, output_tokens, tpot_s) -> np.ndarray:
     """The seed's closed-loop wait: ceil(U/b - 1) * (t_pf + o * TPOT), b = min(U, B_max)."""
-    rounds = np.ceil(np.asarray(users, dtype=float) / batch - 1.0 - 1e-12)
-    return np.maximum(rounds, 0.0) * (prefill_s + output_tokens * tpot_s)
+    rounds = np.maximum(np.ceil(np.asarray(users, dtype=float) / batch - 1.0 - 1e-12), 0.0)
+    with np.errstate(invalid="ignore"):
+        return np.where(rounds > 0, rounds * (prefill_s + output_tokens * tpot_s), 0.0)
 
 
 def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=None) -> dict:

@@ -34,6 +34,12 @@ class ServingParams:
     pipeline_hop_latency_s: float = 5.0 * MICROSECONDS
     #: Fixed per-decode-step overhead (scheduling, kernel launches); 0 in the seeds.
     step_overhead_s: float = 0.0
+    #: Prompt tokens one continuous-batching iteration prefills (chunked prefill budget,
+    #: vLLM ``max_num_batched_tokens``).
+    prefill_chunk_tokens: float = 2048.0
+    #: Damping of the occupancy spread seen by one request's TPOT: its TPOT averages the
+    #: step time over its whole decode, so it sees sqrt(n) * damping, not the full sqrt(n).
+    occupancy_spread_damping: float = 0.5
 
     def with_overrides(self, **overrides) -> "ServingParams":
         """A copy with some fields replaced; unknown names raise ``TypeError``."""

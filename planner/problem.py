@@ -1,0 +1,366 @@
+"""The problem YAML: workloads (traffic classes), search space, limits, prices, budget.
+
+``load_problem(path)`` reads, validates (schema, then catalog references) and returns a
+:class:`Problem`; every error is one line naming the YAML path of the field.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from planner.catalog import Catalog, load_catalog, suggest
+from planner.schema import PlanningInputError, Strict
+from planner.traffic import Empirical, Fixed, LengthDistribution, LogNormal
+from planner.units import SECONDS_PER_DAY
+from planner.yamlio import parse_model, read_yaml
+
+#: Default max-batch grid of the search (engines' typical max_num_seqs values).
+DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
+DEFAULT_TP = (1, 2, 4, 8)
+DEFAULT_PP = (1, 2, 4)
+
+
+class MeanP95(Strict):
+    mean: float = Field(gt=0)
+    p95: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _fits_lognormal(self):
+        why = LogNormal.check(self.mean, self.p95)
+        if why:
+            raise ValueError(why)
+        return self
+
+
+class Histogram(Strict):
+    tokens: tuple[int, ...] = Field(min_length=1)
+    weights: tuple[float, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _same_length(self):
+        if len(self.tokens) != len(self.weights):
+            raise ValueError("tokens and weights must have the same length")
+        if min(self.tokens) < 1:
+            raise ValueError("tokens must be >= 1")
+        if min(self.weights) < 0 or sum(self.weights) <= 0:
+            raise ValueError("weights must be >= 0 with a positive sum")
+        return self
+
+
+class HistogramSpec(Strict):
+    histogram: Histogram
+
+
+LengthSpec = int | MeanP95 | HistogramSpec
+
+
+class Slo(Strict):
+    ttft_p95_s: float = Field(gt=0)
+    tpot_p95_s: float = Field(gt=0)
+
+
+class Workload(Strict):
+    """One traffic class: a model, Poisson arrivals, length distributions and p95 SLOs."""
+
+    name: str = Field(min_length=1)
+    model: str | None = None
+    rate_per_s: float | None = Field(default=None, gt=0)
+    requests_per_day: float | None = Field(default=None, gt=0)
+    tokens_per_day: float | None = Field(default=None, gt=0)
+    prompt_tokens: LengthSpec | None = None
+    output_tokens: LengthSpec | None = None
+    trace_csv: str | None = None
+    prefix_cache_hit_fraction: float = Field(default=0.0, ge=0, lt=1)
+    slo: Slo | None = None
+
+    @field_validator("prompt_tokens", "output_tokens")
+    @classmethod
+    def _positive(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1 token")
+        return v
+
+    @model_validator(mode="after")
+    def _one_rate(self):
+        given = [k for k in ("rate_per_s", "requests_per_day", "tokens_per_day") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of rate_per_s, requests_per_day, tokens_per_day"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        if self.trace_csv and (self.prompt_tokens is not None or self.output_tokens is not None):
+            raise ValueError("give either trace_csv or prompt_tokens/output_tokens, not both")
+        return self
+
+
+class SearchSpace(Strict):
+    gpus: tuple[str, ...] | None = None
+    quantization: tuple[str, ...] | None = None
+    kv_cache_dtype: tuple[str, ...] | None = None
+    tp: tuple[int, ...] = DEFAULT_TP
+    pp: tuple[int, ...] = DEFAULT_PP
+    max_batch: tuple[int, ...] = DEFAULT_MAX_BATCH
+
+    @field_validator("tp", "pp", "max_batch")
+    @classmethod
+    def _positive_ints(cls, v):
+        if not v or min(v) < 1:
+            raise ValueError("must be a non-empty list of integers >= 1")
+        return tuple(sorted(set(v)))
+
+
+class CapacityRow(Strict):
+    """A measured capacity (Mélange-style): requests/s one replica carries per workload."""
+
+    name: str = Field(min_length=1)
+    gpu: str
+    gpus: int = Field(default=1, ge=1)
+    usd_per_hour: float | None = Field(default=None, gt=0)
+    capacity_per_s: dict[str, float]
+
+    @field_validator("capacity_per_s")
+    @classmethod
+    def _non_negative(cls, v):
+        bad = [k for k, x in v.items() if x < 0]
+        if bad:
+            raise ValueError(f"capacities must be >= 0 (negative for {', '.join(bad)})")
+        return v
+
+
+class Constraints(Strict):
+    max_distinct_configs: int | None = Field(default=None, ge=1)
+    redundancy: tuple[str, ...] = ()  # workloads whose deployments keep one spare replica (N+1)
+
+
+class OptimizeOptions(Strict):
+    slices_per_workload: int | None = Field(default=None, ge=1)
+    top_k: int = Field(default=5, ge=1)
+    time_limit_s: float = Field(default=30.0, gt=0)
+    num_workers: int = Field(default=8, ge=1)
+    pareto_points: int = Field(default=10, ge=2)
+
+
+class ServingOverrides(Strict):
+    memory_efficiency: float | None = Field(default=None, gt=0, le=1)
+    compute_efficiency: float | None = Field(default=None, gt=0, le=1)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    workspace_bytes: float | None = Field(default=None, ge=0)
+    step_overhead_s: float | None = Field(default=None, ge=0)
+
+
+class ProblemSpec(Strict):
+    """The problem file as written (before catalog resolution)."""
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    workloads: tuple[Workload, ...] = Field(min_length=1)
+    search: SearchSpace = SearchSpace()
+    capacity_table: tuple[CapacityRow, ...] | None = None
+    inventory: dict[str, int] = Field(default_factory=dict)
+    prices: dict[str, float] = Field(default_factory=dict)
+    price_offering: Literal["on-demand", "reserved-1y", "reserved-3y", "spot"] = "on-demand"
+    budget_usd_per_hour: float | None = Field(default=None, gt=0)
+    constraints: Constraints = Constraints()
+    optimize: OptimizeOptions = OptimizeOptions()
+    serving: ServingOverrides = ServingOverrides()
+    procurement: dict | None = None
+
+    @field_validator("inventory")
+    @classmethod
+    def _inventory(cls, v):
+        bad = [k for k, n in v.items() if n < 0]
+        if bad:
+            raise ValueError(f"must be >= 0 GPUs ({', '.join(bad)})")
+        return v
+
+    @field_validator("prices")
+    @classmethod
+    def _prices(cls, v):
+        bad = [k for k, x in v.items() if not x > 0]
+        if bad:
+            raise ValueError(f"prices must be > 0 USD per GPU-hour ({', '.join(bad)})")
+        return v
+
+
+class ResolvedWorkload(Strict):
+    """A workload with its model resolved, rate in requests/s, and length distributions."""
+
+    model_config = Strict.model_config | {"arbitrary_types_allowed": True}
+
+    name: str
+    model: str | None
+    rate_per_s: float
+    prompt: LengthDistribution | None
+    output: LengthDistribution | None
+    prefix_cache_hit_fraction: float
+    slo: Slo | None
+
+
+class Problem(Strict):
+    """A validated problem: the spec plus resolved workloads, GPUs, formats and prices."""
+
+    model_config = Strict.model_config | {"arbitrary_types_allowed": True}
+
+    spec: ProblemSpec
+    path: str
+    workloads: tuple[ResolvedWorkload, ...]
+    gpus: tuple[str, ...]
+    quantization: tuple[str, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    prices_usd_per_gpu_hour: dict[str, float]
+    catalog: Catalog
+    imported_models: dict
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def measured(self) -> bool:
+        return self.spec.capacity_table is not None
+
+
+def _length(spec: LengthSpec | None) -> LengthDistribution | None:
+    if spec is None:
+        return None
+    if isinstance(spec, int):
+        return Fixed(spec)
+    if isinstance(spec, MeanP95):
+        return LogNormal(spec.mean, spec.p95)
+    return Empirical(spec.histogram.tokens, spec.histogram.weights)
+
+
+def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            rows = list(csv.DictReader(fh))
+    except OSError as exc:
+        raise PlanningInputError(f"{where}: cannot read {path}: {exc}") from None
+    try:
+        prompts = tuple(int(r["prompt_tokens"]) for r in rows)
+        outputs = tuple(int(r["output_tokens"]) for r in rows)
+    except (KeyError, ValueError, TypeError):
+        raise PlanningInputError(f"{where}: {path} needs integer columns prompt_tokens,output_tokens") from None
+    if not prompts or min(prompts) < 1 or min(outputs) < 1:
+        raise PlanningInputError(f"{where}: {path} needs at least one row with tokens >= 1")
+    ones = (1.0,) * len(prompts)
+    return Empirical(prompts, ones, "trace"), Empirical(outputs, ones, "trace")
+
+
+def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
+    """Check ``spec`` against the catalog and resolve ids; all problems reported at once."""
+    problems: list[str] = []
+    base = Path(path).parent
+    imported: dict = {}
+
+    def check(fn, *args):
+        try:
+            return fn(*args)
+        except PlanningInputError as exc:
+            problems.extend(exc.problems)
+            return None
+
+    names = [w.name for w in spec.workloads]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            problems.append(f"workloads[{i}].name: duplicate workload name '{n}'")
+
+    resolved = []
+    for i, w in enumerate(spec.workloads):
+        where = f"workloads[{i}]"
+        model_id = None
+        if w.model is not None:
+            if w.model.endswith(".json"):
+                m = check(catalog.model, str((base / w.model) if not Path(w.model).is_absolute() else w.model), f"{where}.model")
+                if m is not None:
+                    imported[m.id] = m
+            else:
+                m = check(catalog.model, w.model, f"{where}.model")
+            model_id = m.id if m is not None else None
+        elif spec.capacity_table is None:
+            problems.append(f"{where}.model: required key is missing")
+        prompt, output = _length(w.prompt_tokens), _length(w.output_tokens)
+        if w.trace_csv:
+            trace = check(_read_trace, base / w.trace_csv, f"{where}.trace_csv")
+            if trace:
+                prompt, output = trace
+        if spec.capacity_table is None:
+            for key, dist in (("prompt_tokens", prompt), ("output_tokens", output)):
+                if dist is None:
+                    problems.append(f"{where}.{key}: required key is missing (or give trace_csv)")
+            if w.slo is None:
+                problems.append(f"{where}.slo: required key is missing")
+        rate = w.rate_per_s
+        if w.requests_per_day is not None:
+            rate = w.requests_per_day / SECONDS_PER_DAY
+        if w.tokens_per_day is not None:
+            if prompt is None or output is None:
+                problems.append(f"{where}.tokens_per_day: needs prompt and output lengths to convert")
+                rate = 1.0
+            else:
+                rate = w.tokens_per_day / (prompt.mean + output.mean) / SECONDS_PER_DAY
+        resolved.append(ResolvedWorkload(name=w.name, model=model_id, rate_per_s=rate, prompt=prompt,
+                                         output=output, prefix_cache_hit_fraction=w.prefix_cache_hit_fraction,
+                                         slo=w.slo))
+
+    s = spec.search
+    gpus = tuple(dict.fromkeys(g.id for i, name in enumerate(s.gpus) if (g := check(catalog.gpu, name, f"search.gpus[{i}]")))) \
+        if s.gpus is not None else tuple(sorted(catalog.gpus.entries))
+    quants = tuple(dict.fromkeys(q.id for i, name in enumerate(s.quantization)
+                                 if (q := check(catalog.weight_format, name, f"search.quantization[{i}]")))) \
+        if s.quantization is not None else tuple(catalog.weight_formats.entries)
+    kvs = tuple(dict.fromkeys(k.id for i, name in enumerate(s.kv_cache_dtype)
+                              if (k := check(catalog.kv_dtype, name, f"search.kv_cache_dtype[{i}]")))) \
+        if s.kv_cache_dtype is not None else tuple(catalog.kv_dtypes.entries)
+
+    for key, table in (("inventory", spec.inventory), ("prices", spec.prices)):
+        for gpu in table:
+            check(catalog.gpu, gpu, f"{key}.{gpu}")
+    for i, w in enumerate(spec.constraints.redundancy):
+        if w not in names:
+            problems.append(f"constraints.redundancy[{i}]: unknown workload '{w}'{suggest(w, names)}")
+
+    prices = {}
+    gpu_ids = set(gpus)
+    if spec.capacity_table is not None:
+        for i, row in enumerate(spec.capacity_table):
+            g = check(catalog.gpu, row.gpu, f"capacity_table[{i}].gpu")
+            if g is not None:
+                gpu_ids.add(g.id)
+            for wname in row.capacity_per_s:
+                if wname not in names:
+                    problems.append(f"capacity_table[{i}].capacity_per_s.{wname}: unknown workload"
+                                    f"{suggest(wname, names)}")
+    for gpu in sorted(gpu_ids):
+        override = {catalog.gpu(k).id: v for k, v in spec.prices.items() if check(catalog.gpu, k) is not None}
+        price = override.get(gpu)
+        if price is None:
+            rows = [r for r in catalog.rental_prices(gpu) if r.offering == spec.price_offering]
+            default = [r for r in rows if r.default]
+            price = (default or rows or [None])[0]
+            price = price.usd_per_gpu_hour if price is not None else None
+        if price is not None:
+            prices[gpu] = price
+    if problems:
+        raise PlanningInputError(problems)
+    return Problem(spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants,
+                   kv_cache_dtypes=kvs, prices_usd_per_gpu_hour=prices, catalog=catalog,
+                   imported_models=imported)
+
+
+def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:
+    """Read, validate and resolve a problem YAML.
+
+    Raises
+    ------
+    PlanningInputError
+        One line per problem, each naming the file and the YAML path of the field.
+    """
+    catalog = catalog or load_catalog()
+    spec = parse_model(ProblemSpec, read_yaml(path), str(path))
+    try:
+        return resolve_problem(spec, str(path), catalog)
+    except PlanningInputError as exc:
+        raise PlanningInputError([f"{path}: {p}" for p in exc.problems]) from None

@@ -1,0 +1,172 @@
+"""Candidate search: the configuration grid, evaluated in one vectorized pass.
+
+``enumerate_candidates(problem)`` returns one DataFrame, one row per configuration
+(model x GPU x TP x PP x weight format x KV dtype x max batch), indexed by a stable
+``candidate_id``, with the serving-model metrics, the capacity at SLO of every workload,
+``feasible`` and the first ``infeasible_reason``. Rejected rows are kept for the report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from planner.configs import config_arrays
+from planner.problem import Problem
+from planner.serving import memory
+from planner.serving.evaluate import evaluate
+from planner.serving.params import ServingParams
+from planner.serving.queueing import TrafficArrays, capacity_at_slo
+
+#: Rejection reasons, in the order they are checked (the first that applies is reported).
+REASONS = (
+    "gpu_has_no_compute_figure",
+    "quantization_unsupported_on_gpu",
+    "tp_does_not_divide_attention_heads",
+    "tp_exceeds_scale_up_domain",
+    "pp_exceeds_layers",
+    "no_price_for_gpu",
+    "weights_do_not_fit_memory",
+    "max_batch_exceeds_kv_capacity",
+    "slo_ttft_unreachable",
+    "slo_tpot_unreachable",
+)
+
+CONFIG_KEY = ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
+
+
+def candidate_ids(frame: pd.DataFrame) -> pd.Series:
+    """Stable id: the first 10 hex digits of SHA-1 over the canonical configuration key."""
+    keys = frame[list(CONFIG_KEY)].astype(str).agg("|".join, axis=1)
+    return keys.map(lambda k: "c" + hashlib.sha1(k.encode()).hexdigest()[:10])
+
+
+def serving_params(problem: Problem) -> ServingParams:
+    overrides = problem.spec.serving.model_dump(exclude_none=True)
+    return ServingParams().with_overrides(**overrides)
+
+
+def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
+    s = problem.spec.search
+    rows = itertools.product([model_id], problem.gpus, s.tp, s.pp, problem.quantization,
+                             problem.kv_cache_dtypes, s.max_batch)
+    return pd.DataFrame(list(rows), columns=list(CONFIG_KEY))
+
+
+def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    cat = problem.catalog
+    model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
+    gpus = {g: cat.gpu(g) for g in problem.gpus}
+    fmts = {q: cat.weight_format(q) for q in problem.quantization}
+    g, q = frame["gpu"], frame["quantization"]
+    no_compute = g.map(lambda x: gpus[x].bf16_tflops is None).to_numpy(bool)
+    unsupported = np.array([
+        x in fmts[f].unsupported_gpus or (fmts[f].fallback == "none" and gpus[x].peak_flops_per_s(fmts[f].math) is None)
+        for x, f in zip(g, q)], dtype=bool)
+    tp = frame["tp"].to_numpy()
+    domain = g.map(lambda x: gpus[x].max_gpus_per_scale_up_domain).to_numpy()
+    return {
+        "gpu_has_no_compute_figure": no_compute,
+        "quantization_unsupported_on_gpu": unsupported,
+        "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
+        "tp_exceeds_scale_up_domain": tp > domain,
+        "pp_exceeds_layers": frame["pp"].to_numpy() > model.num_layers,
+        "no_price_for_gpu": ~g.isin(list(problem.prices_usd_per_gpu_hour)).to_numpy(bool),
+    }
+
+
+def enumerate_candidates(problem: Problem) -> pd.DataFrame:
+    """Every configuration of the problem's search space, evaluated, with capacities.
+
+    Returns
+    -------
+    DataFrame indexed by ``candidate_id`` (sorted), columns: the configuration, ``gpus``
+    (per replica), ``usd_per_replica_hour``, memory and roofline metrics at the first
+    workload's lengths, per workload ``capacity_per_s[<name>]``, ``ttft_p95_s[<name>]``,
+    ``tpot_p95_s[<name>]``, and ``feasible`` / ``infeasible_reason``.
+    """
+    params = serving_params(problem)
+    frames = []
+    for model_id in dict.fromkeys(w.model for w in problem.workloads):
+        frames.append(_evaluate_model(problem, model_id, params))
+    out = pd.concat(frames)
+    out.index = candidate_ids(out)
+    out.index.name = "candidate_id"
+    return out.sort_index()
+
+
+def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> pd.DataFrame:
+    frame = _grid(problem, model_id)
+    workloads = [w for w in problem.workloads if w.model == model_id]
+    reasons = _structural(problem, frame)
+    structural_bad = np.logical_or.reduce(list(reasons.values()))
+    ok = frame[~structural_bad].reset_index(drop=True)
+    frame = pd.concat([ok, frame[structural_bad]], ignore_index=True)
+    reasons = {k: np.concatenate([v[~structural_bad], v[structural_bad]]) for k, v in reasons.items()}
+
+    first = workloads[0]
+    cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
+                    output_tokens=first.output.mean, context_tokens=np.nan)
+    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models)
+    metrics = evaluate(arrays, params)
+    n_ok = len(ok)
+    pad = len(frame) - n_ok
+
+    def padded(values, fill=np.nan):
+        values = np.asarray(values)
+        return np.concatenate([values, np.full(pad, fill, dtype=values.dtype)])
+
+    frame["gpus"] = frame["tp"] * frame["pp"]
+    price = frame["gpu"].map(problem.prices_usd_per_gpu_hour).astype(float)
+    frame["usd_per_gpu_hour"] = price
+    frame["usd_per_replica_hour"] = price * frame["gpus"]
+    frame["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
+    for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
+                "throughput_tokens_per_s"):
+        frame[key] = padded(metrics[key])
+    budget = metrics["kv_budget_bytes_per_gpu"]
+    reasons["weights_do_not_fit_memory"] = padded(budget <= 0, False).astype(bool)
+
+    kv_cap_ok = np.ones(n_ok, dtype=bool)
+    any_capacity = np.zeros(n_ok, dtype=bool)
+    ttft_only = np.ones(n_ok, dtype=bool)
+    for w in workloads:
+        wcfg = ok.assign(batch=ok["max_batch"], prompt_tokens=w.prompt.mean,
+                         output_tokens=w.output.mean, context_tokens=np.nan)
+        warr = arrays if w is first else config_arrays(problem.catalog, wcfg, models=problem.imported_models)[0]
+        # Every slot must hold a sequence at its full length (mean prompt + mean output).
+        full = memory.max_concurrency(warr, params, w.prompt.mean + w.output.mean)
+        kv_cap_ok &= full >= ok["max_batch"].to_numpy()
+        traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
+        cap = capacity_at_slo(warr, params, traffic, w.slo.ttft_p95_s, w.slo.tpot_p95_s)
+        rate = np.where(budget > 0, cap["max_rate_per_s"], 0.0)
+        frame[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
+        frame[f"ttft_p95_s[{w.name}]"] = padded(np.where(rate > 0, cap["ttft_p95_s"], np.nan))
+        frame[f"tpot_p95_s[{w.name}]"] = padded(np.where(rate > 0, cap["tpot_p95_s"], np.nan))
+        any_capacity |= rate > 0
+        ttft_only &= cap["slo_violated_at_low_load"] == "ttft"
+    for other in problem.workloads:
+        if other.model != model_id:
+            frame[f"capacity_per_s[{other.name}]"] = 0.0
+    reasons["max_batch_exceeds_kv_capacity"] = padded(~kv_cap_ok & (budget > 0), False).astype(bool)
+    no_slo = ~any_capacity & (budget > 0) & kv_cap_ok
+    reasons["slo_ttft_unreachable"] = padded(no_slo & ttft_only, False).astype(bool)
+    reasons["slo_tpot_unreachable"] = padded(no_slo & ~ttft_only, False).astype(bool)
+
+    reason = np.full(len(frame), "", dtype=object)
+    for name in reversed(REASONS):
+        reason = np.where(reasons[name], name, reason)
+    frame["infeasible_reason"] = reason
+    frame["feasible"] = reason == ""
+    cap_cols = [c for c in frame.columns if c.startswith("capacity_per_s[")]
+    frame.loc[~frame["feasible"], cap_cols] = 0.0
+    return frame
+
+
+def rejection_counts(candidates: pd.DataFrame) -> dict[str, int]:
+    """Rejected candidates per reason (reasons with no rejection omitted), in check order."""
+    counts = candidates["infeasible_reason"].value_counts()
+    return {r: int(counts[r]) for r in REASONS if r in counts}

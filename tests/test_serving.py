@@ -1,0 +1,124 @@
+"""Serving-model formulas: hand-computed values, array cases and monotonicity."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from planner.configs import config_arrays
+from planner.serving import memory, roofline
+from planner.serving.params import ServingParams
+
+P = ServingParams()
+
+
+def arrays(catalog, model, gpu="h100-sxm", quant="bf16", kv="bf16", tp=1, pp=1, batch=1,
+           prompt=1024, output=256, context=np.nan):
+    n = max(np.size(batch), np.size(tp), np.size(pp), np.size(context))
+    frame = pd.DataFrame({"model": [model] * n, "gpu": [gpu] * n, "quantization": [quant] * n,
+                          "kv_cache_dtype": [kv] * n, "tp": np.broadcast_to(tp, n),
+                          "pp": np.broadcast_to(pp, n), "batch": np.broadcast_to(batch, n),
+                          "prompt_tokens": prompt, "output_tokens": output,
+                          "context_tokens": np.broadcast_to(context, n)})
+    return config_arrays(catalog, frame)[0]
+
+
+def test_deepseek_v3_mla_kv_per_token(catalog):
+    c = arrays(catalog, "deepseek-v3")
+    assert memory.kv_bytes_per_token(c)[0] == 61 * 576 * 2 == 70_272
+
+
+def test_mla_latent_is_replicated_across_tp(catalog):
+    c = arrays(catalog, "deepseek-v3", tp=np.array([1, 8]))
+    assert np.allclose(memory.kv_fraction_per_gpu(c), [1.0, 1.0])
+
+
+def test_gqa_kv_heads_split_then_replicated(catalog):
+    # llama-3.1-8b has 8 KV heads: TP 2 -> 1/2 per GPU; TP 16 -> one head each (1/8), not 1/16.
+    c = arrays(catalog, "llama-3.1-8b", tp=np.array([1, 2, 8, 16]))
+    assert np.allclose(memory.kv_fraction_per_gpu(c), [1, 1 / 2, 1 / 8, 1 / 8])
+
+
+def test_gpt_oss_sliding_layers_hold_only_the_window(catalog):
+    m = catalog.model("gpt-oss-120b")
+    c = arrays(catalog, "gpt-oss-120b", context=np.array([64.0, 8192.0]))
+    per_layer = 2 * 8 * 64 * 2  # K and V, 8 KV heads x 64 dims x 2 bytes
+    full, window = m.full_attention_layers, m.sliding_window_layers
+    assert (full, window, m.sliding_window_tokens) == (18, 18, 128)
+    expected = per_layer * np.array([36 * 64, full * 8192 + window * 128])
+    assert np.allclose(memory.kv_bytes_per_seq(c), expected)
+
+
+def test_mixtral_expert_read_grows_with_batch(catalog):
+    m = catalog.model("mixtral-8x7b")
+    b = np.array([1, 2, 4, 8, 32])
+    c = arrays(catalog, "mixtral-8x7b", batch=b)
+    dense = (m.params_total - m.routed_expert_params) * 2
+    expected = dense + m.routed_expert_params * 2 * (1 - (1 - 2 / 8) ** b)
+    assert np.allclose(roofline.weight_read_bytes(c, b), expected)
+    assert np.all(np.diff(roofline.weight_read_bytes(c, b)) > 0)
+
+
+def test_tp_comm_formula_by_hand(catalog):
+    c = arrays(catalog, "llama-3.1-70b", gpu="h100-sxm", tp=4, batch=16)
+    # 2L (2(N-1)/N * 2bd / beta_link + tau), beta_link 450 GB/s per direction, tau 5 us
+    expected = 2 * 80 * (2 * 3 / 4 * 2 * 16 * 8192 / 450e9 + 5e-6)
+    assert roofline.tp_comm_time_s(c, P, 16)[0] == pytest.approx(expected)
+
+
+def test_pcie_gpu_pays_pcie_latency(catalog):
+    c = arrays(catalog, "llama-3.1-8b", gpu="l40s", tp=2)
+    assert roofline.allreduce_latency_s(c, P)[0] == P.allreduce_latency_pcie_s
+
+
+def test_prefill_seed_formula(catalog):
+    c = arrays(catalog, "llama-3.1-8b", gpu="h100-sxm", prompt=2000)
+    m = catalog.model("llama-3.1-8b")
+    flops = 2000 * (2 * m.params_active + 2 * 32 * 4096 * 2000)
+    expected = max(flops / (989e12 * 0.6), m.params_total * 2 / (3.35e12 * 0.8))
+    assert roofline.prefill_time_s(c, P)[0] == pytest.approx(expected)
+
+
+def test_mixed_step_reduces_to_decode_and_prefill(catalog):
+    c = arrays(catalog, "llama-3.1-70b", gpu="h200-sxm", tp=4, batch=32, prompt=1500)
+    decode = roofline.decode_times(c, P)["tpot_s"][0]
+    assert roofline.mixed_step_time_s(c, P, 32, 0)[0] == pytest.approx(decode)
+    assert roofline.mixed_step_time_s(c, P, 0, 1500)[0] == pytest.approx(roofline.prefill_time_s(c, P)[0])
+
+
+def test_tpot_increases_with_batch_and_context(catalog):
+    b = np.array([1, 8, 64, 256])
+    c = arrays(catalog, "llama-3.1-8b", batch=b, context=2048.0)
+    assert np.all(np.diff(roofline.decode_times(c, P)["tpot_s"]) > 0)
+    ctx = np.array([512.0, 2048.0, 8192.0])
+    c = arrays(catalog, "llama-3.1-8b", batch=32, context=ctx)
+    assert np.all(np.diff(roofline.decode_times(c, P)["tpot_s"]) > 0)
+
+
+def test_pp_splits_memory_not_latency(catalog):
+    c = arrays(catalog, "llama-3.1-70b", gpu="h100-sxm", pp=np.array([1, 2, 4]), batch=1, context=0.0)
+    per_gpu = memory.weights_bytes_per_gpu(c)
+    assert np.allclose(per_gpu * np.array([1, 2, 4]), per_gpu[0])
+    t = roofline.decode_times(c, P)["t_mem_s"]
+    assert np.allclose(t, t[0])  # batch 1: the weights are read once per token whatever S
+
+
+def test_fp8_on_ampere_falls_back_to_bf16_math(catalog):
+    frame = pd.DataFrame({"model": ["llama-3.1-8b"] * 2, "gpu": ["a100-sxm-80gb", "h100-sxm"],
+                          "quantization": ["fp8", "fp8"], "kv_cache_dtype": ["bf16"] * 2, "tp": 1, "pp": 1,
+                          "batch": 1, "prompt_tokens": 100, "output_tokens": 10, "context_tokens": np.nan})
+    c, fallback = config_arrays(catalog, frame)
+    assert list(fallback) == [True, False]
+    assert list(c.peak_flops_per_s) == [312e12, 1979e12]
+    assert list(c.weight_bytes_per_param) == [1.0, 1.0]
+
+
+def test_max_concurrency_monotone_in_memory(catalog):
+    c = arrays(catalog, "llama-3.1-8b", context=8192.0)
+    bigger = c.replace(memory_bytes=c.memory_bytes * 2)
+    assert memory.max_concurrency(bigger, P)[0] > memory.max_concurrency(c, P)[0]
+
+
+def test_recommended_max_num_seqs_rounding():
+    from planner.serving.economics import recommended_max_num_seqs
+
+    assert list(recommended_max_num_seqs([59.8, 15.0, 239.0, 210.0, 100.0, 130.0])) == [64, 16, 256, 256, 128, 136]
