@@ -133,6 +133,44 @@ def cmd_catalog(args) -> int:
     return EXIT_OK
 
 
+def cmd_validate(args) -> int:
+    from planner.problem import load_problem
+
+    problem = load_problem(args.problem, _catalog(args))
+    summary = {"problem": problem.name, "valid": True, "workloads": [w.name for w in problem.workloads],
+               "gpus": list(problem.gpus), "quantization": list(problem.quantization),
+               "kv_cache_dtypes": list(problem.kv_cache_dtypes)}
+    if args.json:
+        print(jsonio.dumps(summary))
+    else:
+        print(f"{args.problem}: valid ({len(problem.workloads)} workloads, {len(problem.gpus)} GPU types)")
+    return EXIT_OK
+
+
+def cmd_solve(args) -> int:
+    from planner.outputs.result_json import result_text, result_to_dict
+    from planner.pipeline import plan
+    from planner.problem import load_problem
+
+    problem = load_problem(args.problem, _catalog(args))
+    if args.out:
+        from planner.outputs.writer import check_out_dir
+
+        check_out_dir(args.out)
+    print(f"solving {problem.name} ...", file=sys.stderr)
+    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=not args.no_pareto)
+    if args.out:
+        from planner.outputs.writer import write_outputs
+
+        write_outputs(result, args.out)
+        print(f"wrote {args.out}", file=sys.stderr)
+    if args.json:
+        print(jsonio.dumps(result_to_dict(result)))
+    else:
+        print(result_text(result))
+    return EXIT_OK if result.plans else EXIT_INFEASIBLE
+
+
 # ---------------------------------------------------------------- parser
 
 def _add_config_args(p, gpu_required=True) -> None:
@@ -204,6 +242,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("kind", choices=["gpus", "models", "quantization", "prices"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_catalog)
+
+    p = sub.add_parser("solve", help="plan a deployment: minimum $/1M tokens under the SLOs")
+    p.add_argument("problem", help="problem YAML file")
+    p.add_argument("--top", type=_positive_int, help="how many ranked plans (default: the problem's top_k, 5)")
+    p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
+    p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts")
+    p.add_argument("--out", help="directory for the report, CSVs, plots and launch settings")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser("validate", help="check a problem YAML without solving it")
+    p.add_argument("problem")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_validate)
 
     for register in _EXTRA_COMMANDS:
         register(sub)

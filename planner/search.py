@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from planner.configs import config_arrays
+from planner.serving.arrays import ConfigArrays
 from planner.problem import Problem
 from planner.serving import memory
 from planner.serving.evaluate import evaluate
@@ -134,14 +135,11 @@ def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> p
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
     for w in workloads:
-        wcfg = ok.assign(batch=ok["max_batch"], prompt_tokens=w.prompt.mean,
-                         output_tokens=w.output.mean, context_tokens=np.nan)
-        warr = arrays if w is first else config_arrays(problem.catalog, wcfg, models=problem.imported_models)[0]
+        warr = arrays if w is first else workload_arrays(problem, ok, w)
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
         full = memory.max_concurrency(warr, params, w.prompt.mean + w.output.mean)
         kv_cap_ok &= full >= ok["max_batch"].to_numpy()
-        traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-        cap = capacity_at_slo(warr, params, traffic, w.slo.ttft_p95_s, w.slo.tpot_p95_s)
+        cap = workload_capacity(problem, ok, w, params, arrays=warr)
         rate = np.where(budget > 0, cap["max_rate_per_s"], 0.0)
         frame[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
         frame[f"ttft_p95_s[{w.name}]"] = padded(np.where(rate > 0, cap["ttft_p95_s"], np.nan))
@@ -164,6 +162,28 @@ def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> p
     cap_cols = [c for c in frame.columns if c.startswith("capacity_per_s[")]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
     return frame
+
+
+def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArrays:
+    """Serving-model arrays of configuration ``rows`` at a workload's mean lengths."""
+    cfg = rows.assign(batch=rows["max_batch"], prompt_tokens=workload.prompt.mean,
+                      output_tokens=workload.output.mean, context_tokens=np.nan)
+    return config_arrays(problem.catalog, cfg, models=problem.imported_models)[0]
+
+
+def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: ServingParams,
+                      tpot_cap_s: float | None = None, ttft_cap_s: float | None = None,
+                      arrays=None) -> dict:
+    """Capacity at SLO of configuration ``rows`` for one workload.
+
+    ``tpot_cap_s`` / ``ttft_cap_s`` tighten the workload's SLOs (Pareto sweeps).
+    """
+    arrays = arrays if arrays is not None else workload_arrays(problem, rows, workload)
+    traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
+                                               workload.prefix_cache_hit_fraction)
+    tpot = workload.slo.tpot_p95_s if tpot_cap_s is None else min(workload.slo.tpot_p95_s, tpot_cap_s)
+    ttft = workload.slo.ttft_p95_s if ttft_cap_s is None else min(workload.slo.ttft_p95_s, ttft_cap_s)
+    return capacity_at_slo(arrays, params, traffic, ttft, tpot)
 
 
 def rejection_counts(candidates: pd.DataFrame) -> dict[str, int]:

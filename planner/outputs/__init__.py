@@ -1,0 +1,1 @@
+"""Views of a plan result: JSON document, text tables, reports, launch settings."""

@@ -1,0 +1,124 @@
+"""The ``planner solve --json`` document (DESIGN section 7) and its readable text form."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from planner.pipeline import PlanResult
+
+#: Keys whose values depend on wall-clock time (excluded when comparing runs).
+TIMING_KEYS = ("wall_time_s", "timings_s")
+
+
+def _none_if_nan(v):
+    if v is None:
+        return None
+    if isinstance(v, (float, np.floating)) and not math.isfinite(float(v)):
+        return None
+    return v
+
+
+def _deployment(dep: pd.Series, routing: pd.DataFrame) -> dict:
+    mine = routing[routing["candidate_id"] == dep["candidate_id"]]
+    out = {
+        "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
+        "model": dep.get("model"), "name": dep.get("name"),
+        "tp": _int(dep.get("tp")), "pp": _int(dep.get("pp")),
+        "quantization": dep.get("quantization"), "kv_cache_dtype": dep.get("kv_cache_dtype"),
+        "max_batch": _int(dep.get("max_batch")),
+        "replicas": int(dep["replicas"]), "gpus_per_replica": int(dep["gpus_per_replica"]),
+        "gpus": int(dep["gpus"]), "usd_per_hour": float(dep["usd_per_hour"]),
+        "load_fraction": float(dep["load_fraction"]),
+        "workloads": {
+            r.workload: {"rate_per_s": float(r.rate_per_s),
+                         "ttft_p95_s": _none_if_nan(float(r.ttft_p95_s)),
+                         "tpot_p95_s": _none_if_nan(float(r.tpot_p95_s))}
+            for r in mine.itertuples()},
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _int(v):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return int(v)
+
+
+def result_to_dict(result: PlanResult) -> dict:
+    """The JSON document of a solve: status, plans, pareto, solver, candidates, diagnosis."""
+    problem = result.problem
+    plans = []
+    for p in result.plans:
+        plans.append({
+            "rank": p.rank, "usd_per_hour": p.usd_per_hour,
+            "usd_per_million_tokens": p.usd_per_million_tokens,
+            "gpus": int(p.deployments["gpus"].sum()),
+            "gpus_by_type": p.gpus_by_type,
+            "deployments": [_deployment(d, p.routing) for _, d in p.deployments.iterrows()],
+        })
+    pareto = [] if result.pareto.empty else [
+        {k: _none_if_nan(v) for k, v in row.items()} for row in result.pareto.to_dict(orient="records")]
+    return {
+        "problem": problem.name,
+        "status": result.status,
+        "plans": plans,
+        "pareto": pareto,
+        "solver": {k: v for k, v in result.solver.items()},
+        "candidates": result.counts,
+        "diagnosis": result.diagnosis,
+        "workloads": [{"name": w.name, "model": w.model, "rate_per_s": w.rate_per_s,
+                       "prompt_tokens": w.prompt.describe() if w.prompt else None,
+                       "output_tokens": w.output.describe() if w.output else None,
+                       "slo": w.slo.model_dump() if w.slo else None} for w in problem.workloads],
+        "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
+        "timings_s": result.timings_s,
+    }
+
+
+def strip_timings(doc):
+    """A copy of a result document without its wall-clock fields (for comparing runs)."""
+    if isinstance(doc, dict):
+        return {k: strip_timings(v) for k, v in doc.items() if k not in TIMING_KEYS}
+    if isinstance(doc, list):
+        return [strip_timings(v) for v in doc]
+    return doc
+
+
+def result_text(result: PlanResult) -> str:
+    """A readable summary: status, the ranked plans and their deployments."""
+    doc = result_to_dict(result)
+    lines = [f"problem: {doc['problem']}   status: {doc['status']}"]
+    c = doc["candidates"]
+    lines.append(f"candidates: {c['enumerated']} enumerated, {c['feasible']} feasible"
+                 + (f", {c['in_model']} in the model after pruning {c['pruned_dominated']} dominated"
+                    if "in_model" in c else ""))
+    if c.get("rejected"):
+        lines.append("rejected: " + ", ".join(f"{k} {v}" for k, v in c["rejected"].items()))
+    s = doc["solver"]
+    if s.get("objective_usd_per_hour") is not None:
+        lines.append(f"solver: {s['status']}, objective ${s['objective_usd_per_hour']:.2f}/h, "
+                     f"bound ${s['best_bound_usd_per_hour']:.2f}/h, gap {s['gap']:.2%}, {s['wall_time_s']:.2f} s")
+    for p in doc["plans"]:
+        tok = p["usd_per_million_tokens"]
+        lines.append("")
+        lines.append(f"#{p['rank']}  ${p['usd_per_hour']:.2f}/h" + (f"  ${tok:.3f}/1M output tokens" if tok else "")
+                     + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
+        for d in p["deployments"]:
+            cfg = (f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} max_batch {d['max_batch']}"
+                   if "tp" in d else d.get("name", d["candidate_id"]))
+            lines.append(f"    {d['replicas']:>3} x {d['gpu']:<14} {cfg}  (${d['usd_per_hour']:.2f}/h, "
+                         f"load {d['load_fraction']:.0%})")
+            for name, w in d["workloads"].items():
+                lat = (f"  p95 TTFT {w['ttft_p95_s'] * 1e3:.0f} ms, p95 TPOT {w['tpot_p95_s'] * 1e3:.1f} ms"
+                       if w.get("ttft_p95_s") is not None else "")
+                lines.append(f"          {name}: {w['rate_per_s']:.3g} req/s{lat}")
+    if doc["diagnosis"]:
+        lines.append("")
+        lines.append("infeasible because:")
+        for f in doc["diagnosis"]:
+            mark = " (verified by re-solving)" if f["verified"] else ""
+            lines.append(f"  - [{f['constraint']}] {f['message']}{mark}")
+    return "\n".join(lines)

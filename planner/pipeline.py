@@ -1,0 +1,201 @@
+"""``plan(problem) -> PlanResult``: the only place that calls every stage in order.
+
+load -> enumerate and evaluate candidates -> capacities at SLO -> CP-SAT (k-best plans)
+-> predicted p95s of each deployment at its routed load -> Pareto fronts -> diagnosis.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from planner.optimize import PlanningInstance, SolverOptions, SolveStatus, k_best
+from planner.problem import Problem
+from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
+from planner.serving.queueing import TrafficArrays, state_at_rate
+from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
+
+CONFIG_COLUMNS = ("model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
+
+
+@dataclass(frozen=True, eq=False)
+class RankedPlan:
+    """One plan: its deployments (with predicted latencies), routing and cost."""
+
+    rank: int
+    usd_per_hour: float
+    usd_per_million_tokens: float | None
+    deployments: pd.DataFrame
+    routing: pd.DataFrame
+    gpus_by_type: dict
+
+
+@dataclass(frozen=True, eq=False)
+class PlanResult:
+    """Everything ``planner solve`` reports; pandas tables for notebooks."""
+
+    problem: Problem
+    status: str
+    candidates: pd.DataFrame
+    plans: list[RankedPlan]
+    pareto: pd.DataFrame
+    solver: dict
+    counts: dict
+    diagnosis: list[dict] = field(default_factory=list)
+    timings_s: dict = field(default_factory=dict)
+
+    @property
+    def best(self) -> RankedPlan | None:
+        return self.plans[0] if self.plans else None
+
+    def plans_table(self) -> pd.DataFrame:
+        """One row per (plan, deployment)."""
+        rows = [d.assign(rank=p.rank, plan_usd_per_hour=p.usd_per_hour,
+                         plan_usd_per_million_tokens=p.usd_per_million_tokens)
+                for p in self.plans for d in [p.deployments]]
+        return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
+
+
+def output_tokens_per_s(problem: Problem) -> float:
+    """Output tokens per second of the whole traffic mix (the seeds' $/1M-token basis)."""
+    return sum(w.rate_per_s * w.output.mean for w in problem.workloads if w.output is not None)
+
+
+def usd_per_million_tokens(problem: Problem, usd_per_hour: float) -> float | None:
+    tokens = output_tokens_per_s(problem)
+    return usd_per_hour / (tokens * SECONDS_PER_HOUR) * TOKENS_PER_MILLION if tokens > 0 else None
+
+
+def measured_candidates(problem: Problem) -> pd.DataFrame:
+    """Candidates from the problem's measured capacity table (Mélange-style)."""
+    rows = []
+    for row in problem.spec.capacity_table:
+        gpu = problem.catalog.gpu(row.gpu).id
+        price = row.usd_per_hour if row.usd_per_hour is not None else problem.prices_usd_per_gpu_hour.get(gpu, np.nan) * row.gpus
+        rec = {"candidate_id": row.name, "name": row.name, "gpu": gpu, "gpus": row.gpus,
+               "usd_per_replica_hour": price}
+        for w in problem.workloads:
+            rec[f"capacity_per_s[{w.name}]"] = float(row.capacity_per_s.get(w.name, 0.0))
+        rows.append(rec)
+    frame = pd.DataFrame(rows).set_index("candidate_id").sort_index()
+    frame["infeasible_reason"] = np.where(frame["usd_per_replica_hour"].isna(), "no_price_for_gpu", "")
+    frame["feasible"] = frame["infeasible_reason"] == ""
+    return frame
+
+
+def planning_instance(problem: Problem, candidates: pd.DataFrame,
+                      capacity: pd.DataFrame | None = None) -> PlanningInstance | None:
+    """The optimizer's instance over the feasible candidates (None if there are none)."""
+    feasible = candidates[candidates["feasible"]]
+    if feasible.empty:
+        return None
+    names = [w.name for w in problem.workloads]
+    if capacity is None:
+        capacity = feasible[[f"capacity_per_s[{n}]" for n in names]].set_axis(names, axis=1)
+    keep = capacity.index[(capacity > 0).any(axis=1)]
+    if keep.empty:
+        return None
+    cands = feasible.loc[keep].rename(columns={"gpus": "gpus_per_replica"})
+    cands = cands[["gpu", "gpus_per_replica", "usd_per_replica_hour",
+                   *[c for c in CONFIG_COLUMNS + ("name",) if c in cands.columns]]]
+    cands = cands.assign(gpus_per_replica=cands["gpus_per_replica"].astype(int))
+    spec = problem.spec
+    return PlanningInstance(
+        candidates=cands, capacity_per_s=capacity.loc[keep],
+        rate_per_s=pd.Series({w.name: w.rate_per_s for w in problem.workloads}),
+        inventory_gpus={problem.catalog.gpu(g).id: n for g, n in spec.inventory.items()},
+        budget_usd_per_hour=spec.budget_usd_per_hour,
+        max_distinct_configs=spec.constraints.max_distinct_configs,
+        redundancy_workloads=tuple(spec.constraints.redundancy),
+        slices_per_workload=spec.optimize.slices_per_workload,
+    )
+
+
+def solver_options(problem: Problem, time_limit_s: float | None = None) -> SolverOptions:
+    opt = problem.spec.optimize
+    return SolverOptions(time_limit_s=time_limit_s or opt.time_limit_s, num_workers=opt.num_workers)
+
+
+def _predicted_latency(problem: Problem, candidates: pd.DataFrame, deployments: pd.DataFrame,
+                       routing: pd.DataFrame) -> pd.DataFrame:
+    """p95 TTFT/TPOT of each deployment at the rate routed to each of its replicas."""
+    if problem.measured or routing.empty:
+        return routing.assign(ttft_p95_s=np.nan, tpot_p95_s=np.nan)
+    params = serving_params(problem)
+    replicas = deployments.set_index("candidate_id")["replicas"]
+    out = []
+    for w in problem.workloads:
+        part = routing[routing["workload"] == w.name]
+        if part.empty:
+            continue
+        rows = candidates.loc[part["candidate_id"]]
+        arrays = workload_arrays(problem, rows, w)
+        traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
+        # Traffic of other workloads shares the replicas; the load seen is the total load.
+        per_replica = part["rate_per_s"].to_numpy() / replicas.loc[part["candidate_id"]].to_numpy()
+        load = deployments.set_index("candidate_id").loc[part["candidate_id"], "load_fraction"].to_numpy()
+        cap = candidates.loc[part["candidate_id"], f"capacity_per_s[{w.name}]"].to_numpy()
+        equivalent_rate = np.maximum(load * cap, per_replica)
+        state = state_at_rate(arrays, params, traffic, equivalent_rate)
+        out.append(part.assign(rate_per_replica_per_s=per_replica, ttft_p95_s=state["ttft_p95_s"],
+                               tpot_p95_s=state["tpot_p95_s"]))
+    return pd.concat(out, ignore_index=True).sort_values(["candidate_id", "workload"], ignore_index=True)
+
+
+def _rank_plans(problem, candidates, solutions) -> list[RankedPlan]:
+    ranked = []
+    for i, (_, plan) in enumerate(solutions, start=1):
+        routing = _predicted_latency(problem, candidates, plan.deployments, plan.routing)
+        ranked.append(RankedPlan(rank=i, usd_per_hour=plan.usd_per_hour,
+                                 usd_per_million_tokens=usd_per_million_tokens(problem, plan.usd_per_hour),
+                                 deployments=plan.deployments, routing=routing,
+                                 gpus_by_type=plan.gpus_by_type))
+    return ranked
+
+
+def solver_summary(result) -> dict:
+    if result is None:
+        return {"status": "infeasible", "objective_usd_per_hour": None, "best_bound_usd_per_hour": None,
+                "gap": None, "wall_time_s": 0.0, "params": {}, "scales": {}}
+    return {"status": str(result.status), "objective_usd_per_hour": result.objective_usd_per_hour,
+            "best_bound_usd_per_hour": result.best_bound_usd_per_hour, "gap": result.gap,
+            "wall_time_s": result.wall_time_s, "params": result.solver_params, "scales": result.scales}
+
+
+def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
+         pareto: bool = True) -> PlanResult:
+    """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible."""
+    from planner.diagnosis import diagnose
+    from planner.pareto import pareto_fronts
+
+    t0 = time.perf_counter()
+    candidates = measured_candidates(problem) if problem.measured else enumerate_candidates(problem)
+    t_search = time.perf_counter() - t0
+    options = solver_options(problem, time_limit_s)
+    instance = planning_instance(problem, candidates)
+    k = top_k or problem.spec.optimize.top_k
+    solutions = k_best(instance, k, options) if instance is not None else []
+    first = solutions[0][0] if solutions else None
+    t_solve = time.perf_counter() - t0 - t_search
+    plans = _rank_plans(problem, candidates, [s for s in solutions if s[1] is not None])
+    status = str(first.status) if first is not None and plans else "infeasible"
+    counts = {"enumerated": int(len(candidates)), "feasible": int(candidates["feasible"].sum()),
+              "rejected": rejection_counts(candidates) if "infeasible_reason" in candidates else {}}
+    if instance is not None:
+        from planner.optimize.prune import prune_dominated
+
+        pruned = prune_dominated(instance.candidates, instance.capacity_per_s)
+        counts["pruned_dominated"] = int(len(pruned))
+        counts["in_model"] = int(len(instance.candidates) - len(pruned))
+    fronts = pd.DataFrame()
+    if plans and pareto and not problem.measured:
+        fronts = pareto_fronts(problem, candidates, options)
+    t_pareto = time.perf_counter() - t0 - t_search - t_solve
+    diagnosis = [] if plans else diagnose(problem, candidates, instance, options)
+    return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
+                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis,
+                      timings_s={"search": t_search, "solve": t_solve, "pareto": t_pareto,
+                                 "total": time.perf_counter() - t0})
