@@ -58,6 +58,30 @@ class HistogramSpec(Strict):
 LengthSpec = int | MeanP95 | HistogramSpec
 
 
+def _parse_length_spec(value):
+    """Pick the length form by shape, so errors speak of that form only."""
+    from pydantic import ValidationError
+
+    if isinstance(value, bool) or value is None:
+        raise ValueError("expected a token count, {mean, p95} or {histogram: {tokens, weights}}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if float(value) != int(value) or value < 1:
+            raise ValueError("must be a whole number of tokens >= 1")
+        return int(value)
+    if isinstance(value, dict):
+        cls = HistogramSpec if "histogram" in value else MeanP95
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            raise ValueError(f"{where}: {msg}" if where else msg) from None
+    if isinstance(value, (MeanP95, HistogramSpec)):
+        return value
+    raise ValueError("expected a token count, {mean, p95} or {histogram: {tokens, weights}}")
+
+
 class Slo(Strict):
     ttft_p95_s: float = Field(gt=0)
     tpot_p95_s: float = Field(gt=0)
@@ -77,12 +101,10 @@ class Workload(Strict):
     prefix_cache_hit_fraction: float = Field(default=0.0, ge=0, lt=1)
     slo: Slo | None = None
 
-    @field_validator("prompt_tokens", "output_tokens")
+    @field_validator("prompt_tokens", "output_tokens", mode="before")
     @classmethod
-    def _positive(cls, v):
-        if isinstance(v, int) and v < 1:
-            raise ValueError("must be >= 1 token")
-        return v
+    def _length(cls, v):
+        return None if v is None else _parse_length_spec(v)
 
     @model_validator(mode="after")
     def _one_rate(self):
@@ -155,7 +177,7 @@ class ProblemSpec(Strict):
 
     name: str = Field(min_length=1)
     description: str | None = None
-    workloads: tuple[Workload, ...] = Field(min_length=1)
+    workloads: tuple[Workload, ...]
     search: SearchSpace = SearchSpace()
     capacity_table: tuple[CapacityRow, ...] | None = None
     inventory: dict[str, int] = Field(default_factory=dict)
@@ -166,6 +188,13 @@ class ProblemSpec(Strict):
     optimize: OptimizeOptions = OptimizeOptions()
     serving: ServingOverrides = ServingOverrides()
     procurement: dict | None = None
+
+    @field_validator("workloads")
+    @classmethod
+    def _some_workload(cls, v):
+        if not v:
+            raise ValueError("give at least one workload")
+        return v
 
     @field_validator("inventory")
     @classmethod

@@ -1,0 +1,168 @@
+"""End to end: every shipped problem solves; plans pass the independent checker; fronts,
+infeasibility diagnosis, determinism and malformed problems through the CLI."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import ROOT, run_cli
+from planner.optimize.check import check_plan
+from planner.outputs.result_json import strip_timings
+from planner.pipeline import plan, planning_instance
+from planner.problem import load_problem
+
+PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
+BAD = sorted((ROOT / "tests" / "data" / "bad-problems").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def solved():
+    out = {}
+    for path in PROBLEMS:
+        problem = load_problem(path)
+        if problem.spec.procurement is not None and not problem.spec.workloads:
+            continue
+        out[path.stem] = plan(problem, pareto=False)
+    return out
+
+
+@pytest.mark.parametrize("name", [p.stem for p in PROBLEMS])
+def test_every_shipped_problem_is_optimal_and_checked(solved, name):
+    result = solved[name]
+    assert result.status == "optimal"
+    assert result.solver["gap"] == 0
+    costs = [p.usd_per_hour for p in result.plans]
+    assert costs == sorted(costs) and len(costs) >= 1
+    instance = planning_instance(result.problem, result.candidates)
+    for p in result.plans:
+        assert check_plan(instance, p) == []
+        # cost arithmetic from the candidates' prices
+        prices = result.candidates.loc[p.deployments["candidate_id"], "usd_per_replica_hour"].to_numpy()
+        assert p.usd_per_hour == pytest.approx(float(np.dot(prices, p.deployments["replicas"])))
+
+
+def test_the_checker_can_fail(solved):
+    result = solved["chat-70b"]
+    instance = planning_instance(result.problem, result.candidates)
+    best = result.plans[0]
+    broken = type(best)(rank=1, usd_per_hour=best.usd_per_hour, usd_per_million_tokens=None,
+                        deployments=best.deployments.assign(replicas=best.deployments["replicas"] - 1),
+                        routing=best.routing, gpus_by_type=best.gpus_by_type)
+    assert check_plan(instance, broken)
+
+
+def test_melange_example_both_ways(tmp_path):
+    doc = json.loads(run_cli("solve", ROOT / "problems" / "melange-example.yaml", "--json")[0])
+    assert doc["status"] == "optimal"
+    best = doc["plans"][0]
+    assert best["usd_per_hour"] == pytest.approx(6.70)
+    assert {d["gpu"]: d["replicas"] for d in best["deployments"]} == {"a10g": 3, "a100-sxm-80gb": 1}
+    spec = yaml.safe_load((ROOT / "problems" / "melange-example.yaml").read_text())
+    del spec["optimize"]
+    split = tmp_path / "split.yaml"
+    split.write_text(yaml.safe_dump(spec))
+    doc = json.loads(run_cli("solve", split, "--json")[0])
+    best = doc["plans"][0]
+    assert best["usd_per_hour"] == pytest.approx(4.68)
+    assert {d["gpu"]: d["replicas"] for d in best["deployments"]} == {"a10g": 1, "a100-sxm-80gb": 1}
+
+
+def _small_problem(tmp_path, **changes) -> Path:
+    spec = {
+        "name": "small",
+        "workloads": [{"name": "chat", "model": "llama-3.1-8b", "rate_per_s": 20,
+                       "prompt_tokens": {"mean": 800, "p95": 2000}, "output_tokens": {"mean": 200, "p95": 500},
+                       "slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.05}}],
+        "search": {"gpus": ["l40s", "a100-sxm-80gb", "h100-sxm"], "quantization": ["bf16", "fp8"],
+                   "kv_cache_dtype": ["bf16"], "tp": [1, 2], "pp": [1], "max_batch": [16, 64, 256]},
+        "optimize": {"pareto_points": 8, "top_k": 3},
+    }
+    spec.update(changes)
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_fronts(tmp_path):
+    result = plan(load_problem(_small_problem(tmp_path)))
+    fronts = result.pareto
+    for metric in ("tpot_p95_s", "ttft_p95_s"):
+        mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == metric)].sort_values("target_s")
+        assert len(mixed) >= 8
+        cost = mixed["usd_per_hour"].to_numpy()
+        ok = ~np.isnan(cost)
+        assert np.all(np.diff(cost[ok]) <= 1e-9), "cost must not rise as the target loosens"
+        for gpu, front in fronts[(fronts["front"] != "mixed") & (fronts["metric"] == metric)].groupby("front"):
+            merged = mixed.merge(front, on="target_s", suffixes=("_mixed", "_gpu"))
+            both = merged.dropna(subset=["usd_per_hour_gpu"])
+            assert (both["usd_per_hour_mixed"] <= both["usd_per_hour_gpu"] + 1e-9).all(), gpu
+    # The loosest point of the mixed front is the optimum itself.
+    loosest = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == "tpot_p95_s")].iloc[-1]
+    assert loosest["usd_per_hour"] == pytest.approx(result.plans[0].usd_per_hour)
+
+
+def test_infeasible_budget_exits_3_with_verified_relaxation(tmp_path):
+    path = _small_problem(tmp_path, budget_usd_per_hour=0.5)
+    out, _ = run_cli("solve", path, "--json", "--no-pareto", expect=3)
+    doc = json.loads(out)
+    assert doc["status"] == "infeasible" and doc["plans"] == []
+    budget = [f for f in doc["diagnosis"] if f["constraint"] == "budget_usd_per_hour"]
+    assert budget and budget[0]["verified"]
+    text, _ = run_cli("solve", path, "--no-pareto", expect=3)
+    assert "budget" in text
+
+
+def test_infeasible_slo_names_the_slo_and_a_verified_relaxation(tmp_path):
+    wl = {"name": "chat", "model": "llama-3.1-8b", "rate_per_s": 5, "prompt_tokens": 1000, "output_tokens": 100,
+          "slo": {"ttft_p95_s": 0.001, "tpot_p95_s": 0.05}}
+    path = _small_problem(tmp_path, workloads=[wl])
+    doc = json.loads(run_cli("solve", path, "--json", "--no-pareto", expect=3)[0])
+    kinds = {f["constraint"] for f in doc["diagnosis"]}
+    assert "candidates" in kinds and "slo" in kinds
+    slo = [f for f in doc["diagnosis"] if f["constraint"] == "slo"][0]
+    assert slo["verified"] and "ttft_p95_s >=" in slo["message"]
+
+
+def test_infeasible_inventory(tmp_path):
+    path = _small_problem(tmp_path, inventory={"l40s": 1, "a100-sxm-80gb": 0, "h100-sxm": 0})
+    doc = json.loads(run_cli("solve", path, "--json", "--no-pareto", expect=3)[0])
+    inv = [f for f in doc["diagnosis"] if f["constraint"] == "inventory_gpus"]
+    assert inv and inv[0]["verified"] and ">=" in inv[0]["message"]
+
+
+def test_same_input_same_output(tmp_path):
+    path = _small_problem(tmp_path)
+    a = json.loads(run_cli("solve", path, "--json")[0])
+    b = json.loads(run_cli("solve", path, "--json")[0])
+    assert strip_timings(a) == strip_timings(b)
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_malformed_problem_exit_2(path, tmp_path):
+    out_dir = tmp_path / "out"
+    out, err = run_cli("solve", path, "--out", out_dir, expect=2)
+    assert out == "" and "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith(f"error: {path}") for line in lines)
+    assert not out_dir.exists()
+
+
+def test_malformed_lines_name_the_yaml_path():
+    expected = {
+        "03-wrong-type": "workloads[0].rate_per_s", "04-negative-rate": "workloads[0].rate_per_s",
+        "06-unknown-model": "did you mean 'llama-3.1-8b'", "07-unknown-gpu": "search.gpus[1]",
+        "08-unknown-key": "workloads[0].colour: unknown key", "09-nan": "workloads[0].rate_per_s",
+        "10-negative-slo": "workloads[0].slo.tpot_p95_s", "15-negative-inventory": "budget_usd_per_hour",
+        "18-duplicate-and-unknown-workload": "constraints.redundancy[0]",
+    }
+    for stem, needle in expected.items():
+        _, err = run_cli("validate", ROOT / "tests" / "data" / "bad-problems" / f"{stem}.yaml", expect=2)
+        assert needle in err, (stem, err)
+
+
+def test_validate_ok():
+    out, _ = run_cli("validate", ROOT / "problems" / "chat-70b.yaml")
+    assert "valid" in out
