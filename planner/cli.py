@@ -257,12 +257,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
 
-    for register in _EXTRA_COMMANDS:
+    for register in _extra_commands():
         register(sub)
     return parser
 
 
-#: Registration hooks of commands defined in other modules (solve, simulate, ...).
+def _extra_commands() -> list:
+    """Registration hooks of the commands defined in their own CLI modules."""
+    from planner.cli_simulate import add_simulate_parser
+
+    return [add_simulate_parser, *_EXTRA_COMMANDS]
+
+
+#: Registration hooks added at run time (tests, plugins).
 _EXTRA_COMMANDS: list = []
 
 

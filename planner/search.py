@@ -41,8 +41,9 @@ CONFIG_KEY = ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max
 
 def candidate_ids(frame: pd.DataFrame) -> pd.Series:
     """Stable id: the first 10 hex digits of SHA-1 over the canonical configuration key."""
-    keys = frame[list(CONFIG_KEY)].astype(str).agg("|".join, axis=1)
-    return keys.map(lambda k: "c" + hashlib.sha1(k.encode()).hexdigest()[:10])
+    columns = [frame[c].astype(str).tolist() for c in CONFIG_KEY]
+    ids = ["c" + hashlib.sha1("|".join(parts).encode()).hexdigest()[:10] for parts in zip(*columns)]
+    return pd.Series(ids, index=frame.index)
 
 
 def serving_params(problem: Problem) -> ServingParams:
@@ -131,26 +132,39 @@ def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> p
     budget = metrics["kv_budget_bytes_per_gpu"]
     reasons["weights_do_not_fit_memory"] = padded(budget <= 0, False).astype(bool)
 
+    fits = budget > 0
     kv_cap_ok = np.ones(n_ok, dtype=bool)
-    any_capacity = np.zeros(n_ok, dtype=bool)
-    ttft_only = np.ones(n_ok, dtype=bool)
+    warrays = {}
     for w in workloads:
         warr = arrays if w is first else workload_arrays(problem, ok, w)
+        warrays[w.name] = warr
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
         full = memory.max_concurrency(warr, params, w.prompt.mean + w.output.mean)
         kv_cap_ok &= full >= ok["max_batch"].to_numpy()
-        cap = workload_capacity(problem, ok, w, params, arrays=warr)
-        rate = np.where(budget > 0, cap["max_rate_per_s"], 0.0)
+    # Capacity at SLO only where memory allows the configuration at all.
+    live = np.flatnonzero(fits & kv_cap_ok)
+    any_capacity = np.zeros(n_ok, dtype=bool)
+    ttft_only = np.ones(n_ok, dtype=bool)
+    for w in workloads:
+        cap = workload_capacity(problem, ok.iloc[live], w, params, arrays=_take(warrays[w.name], live))
+        rate = np.zeros(n_ok)
+        ttft = np.full(n_ok, np.nan)
+        tpot = np.full(n_ok, np.nan)
+        rate[live] = cap["max_rate_per_s"]
+        ttft[live] = np.where(cap["max_rate_per_s"] > 0, cap["ttft_p95_s"], np.nan)
+        tpot[live] = np.where(cap["max_rate_per_s"] > 0, cap["tpot_p95_s"], np.nan)
         frame[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
-        frame[f"ttft_p95_s[{w.name}]"] = padded(np.where(rate > 0, cap["ttft_p95_s"], np.nan))
-        frame[f"tpot_p95_s[{w.name}]"] = padded(np.where(rate > 0, cap["tpot_p95_s"], np.nan))
+        frame[f"ttft_p95_s[{w.name}]"] = padded(ttft)
+        frame[f"tpot_p95_s[{w.name}]"] = padded(tpot)
         any_capacity |= rate > 0
-        ttft_only &= cap["slo_violated_at_low_load"] == "ttft"
+        violated = np.full(n_ok, "", dtype=object)
+        violated[live] = cap["slo_violated_at_low_load"]
+        ttft_only &= violated == "ttft"
     for other in problem.workloads:
         if other.model != model_id:
             frame[f"capacity_per_s[{other.name}]"] = 0.0
-    reasons["max_batch_exceeds_kv_capacity"] = padded(~kv_cap_ok & (budget > 0), False).astype(bool)
-    no_slo = ~any_capacity & (budget > 0) & kv_cap_ok
+    reasons["max_batch_exceeds_kv_capacity"] = padded(~kv_cap_ok & fits, False).astype(bool)
+    no_slo = ~any_capacity & fits & kv_cap_ok
     reasons["slo_ttft_unreachable"] = padded(no_slo & ttft_only, False).astype(bool)
     reasons["slo_tpot_unreachable"] = padded(no_slo & ~ttft_only, False).astype(bool)
 
@@ -162,6 +176,14 @@ def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> p
     cap_cols = [c for c in frame.columns if c.startswith("capacity_per_s[")]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
     return frame
+
+
+def _take(arrays: ConfigArrays, rows: np.ndarray) -> ConfigArrays:
+    """The configurations at positions ``rows`` (scalar columns stay scalar)."""
+    from dataclasses import fields
+
+    return arrays.replace(**{f.name: getattr(arrays, f.name)[rows] for f in fields(arrays)
+                             if np.ndim(getattr(arrays, f.name))})
 
 
 def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArrays:

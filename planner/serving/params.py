@@ -37,9 +37,10 @@ class ServingParams:
     #: Prompt tokens one continuous-batching iteration prefills (chunked prefill budget,
     #: vLLM ``max_num_batched_tokens``).
     prefill_chunk_tokens: float = 2048.0
-    #: Damping of the occupancy spread seen by one request's TPOT: its TPOT averages the
-    #: step time over its whole decode, so it sees sqrt(n) * damping, not the full sqrt(n).
-    occupancy_spread_damping: float = 0.5
+    #: Fixed latency every request adds to its TTFT outside the GPU steps: API server,
+    #: tokenization, scheduling, streaming the first token (0 in the seeds; calibrated
+    #: values come from ``catalogs/calibration.yaml``).
+    request_overhead_s: float = 0.0
 
     def with_overrides(self, **overrides) -> "ServingParams":
         """A copy with some fields replaced; unknown names raise ``TypeError``."""

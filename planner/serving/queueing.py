@@ -9,8 +9,14 @@ mean decode occupancy n (sequences decoding); everything else is explicit in n:
 * per decode step the fraction of mixed steps is f = n k / (E[O] - 1), so the mean step
   interval is tau(n) = s_d(n) + f (s_m(n) - s_d(n)) and the rate is, by Little's law,
   lambda(n) = n / ((E[O] - 1) tau(n)), increasing in n;
-* TPOT p95: the step time at an occupancy quantile n + z sqrt(n) * damping (a request's
-  TPOT averages over its decode), plus the p95 count of mixed steps over its life;
+* self-excitation: each arrival lengthens the lives of the requests decoding (its
+  prefill step, and one more decoder for about half of their remaining life), with a
+  branching ratio phi = lambda (k Delta + b (E[O] - 1)/2), b = ds_d/dn; occupancy and
+  arrival counts have 1/(1 - phi)^2 times their Poisson variance;
+* TPOT p95: mean step interval seen by a request (length-biased occupancy) plus z times
+  the spread of its TPOT: arrivals during its life add k Delta / (O - 1) each (variance
+  weighted by E[1/(O - 1)], short outputs spread most) and b/2 each through occupancy,
+  plus the occupancy it starts with;
 * TTFT p95: prefill queue (M/G/1, Pollaczek-Khinchine, exponential tail) + wait for a
   free slot (M/M/c, Halfin-Whitt approximation of Erlang C, exponential tail) + prefill
   service of the p95 prompt + the step in progress.
@@ -32,45 +38,83 @@ from planner.serving.roofline import mixed_step_time_s
 #: Quantile of the latency SLOs.
 P95 = 0.95
 Z95 = 1.6448536269514722
+#: Correlation of the residual step and the queue waits ahead of a new request.
+QUEUE_CORRELATION = 0.5
+#: Largest branching ratio (life extension per arrival x rate) treated as stable.
+MAX_BRANCHING_RATIO = 0.95
 #: Bisection steps on the occupancy n (precision n_max / 2^steps).
-CAPACITY_BISECTION_STEPS = 22
+CAPACITY_BISECTION_STEPS = 16
 
 
 @dataclass(frozen=True)
 class TrafficArrays:
     """Length statistics of a traffic class, broadcastable against the configurations.
 
-    prompt_mean_tokens, prompt_p95_tokens, prompt_cv2 (squared coefficient of variation),
-    output_mean_tokens, output_median_tokens, prefix_hit_fraction (share of prompt tokens
-    served from the prefix cache: no prefill compute, attention context unchanged).
+    Attributes
+    ----------
+    prompt_mean_tokens, prompt_p95_tokens, prompt_cv2 : prompt mean, 95th percentile and
+        squared coefficient of variation.
+    prompt_strata_tokens, prompt_strata_attention_tokens : tuples of arrays, the mean
+        prompt of each of ``PROMPT_STRATA`` equal-probability strata and its E[P^2]/E[P]
+        (prefill cost is convex in P: the strata carry the spread into the mean).
+    output_mean_tokens, output_cv2 : output mean and squared coefficient of variation.
+    prompt_strata_var : variance of the prompt within each stratum.
+    output_strata_inv : E[1/(O - 1)] within each of ``OUTPUT_STRATA`` equal-probability
+        strata of the outputs O > 1 (a request's TPOT spread scales with 1/(O - 1)).
+    prefix_hit_fraction : share of prompt tokens served from the prefix cache (no prefill
+        compute; the attention context is unchanged).
     """
 
     prompt_mean_tokens: np.ndarray
     prompt_p95_tokens: np.ndarray
     prompt_cv2: np.ndarray
+    prompt_strata_tokens: tuple
+    prompt_strata_attention_tokens: tuple
+    prompt_strata_var: tuple
     output_mean_tokens: np.ndarray
-    output_median_tokens: np.ndarray
+    output_cv2: np.ndarray
+    output_strata_inv: tuple
     prefix_hit_fraction: np.ndarray
+
+    #: Samples drawn (seeded) to estimate moments of non-analytic distributions.
+    MOMENT_SAMPLES = 20000
+    #: Equal-probability strata of the prompt and output distributions.
+    PROMPT_STRATA = 3
+    OUTPUT_STRATA = 4
 
     @classmethod
     def from_distributions(cls, prompt, output, prefix_hit_fraction=0.0) -> "TrafficArrays":
-        """From two :mod:`planner.traffic` distributions."""
-        sample = prompt.sample(np.random.default_rng(0), 20000).astype(float)
-        cv2 = float(sample.var() / sample.mean() ** 2)
-        return cls(np.asarray(prompt.mean, float), np.asarray(prompt.quantile(P95), float),
-                   np.asarray(cv2, float), np.asarray(output.mean, float),
-                   np.asarray(output.quantile(0.5), float), np.asarray(prefix_hit_fraction, float))
+        """From two :mod:`planner.traffic` distributions (moments from seeded samples)."""
+        rng = np.random.default_rng(0)
+        sp = np.sort(prompt.sample(rng, cls.MOMENT_SAMPLES).astype(float))
+        so = output.sample(rng, cls.MOMENT_SAMPLES).astype(float)
+        long = np.sort(so[so > 1])
+        long = long if long.size else np.array([2.0])
+        strata = np.array_split(sp, cls.PROMPT_STRATA)
+        f = lambda x: np.asarray(float(x), float)  # noqa: E731
+        return cls(f(prompt.mean), f(prompt.quantile(P95)), f(sp.var() / sp.mean() ** 2),
+                   tuple(f(s.mean()) for s in strata), tuple(f((s ** 2).mean() / s.mean()) for s in strata),
+                   tuple(f(s.var()) for s in strata), f(output.mean), f(so.var() / so.mean() ** 2),
+                   tuple(f(np.mean(1.0 / (s - 1.0))) for s in np.array_split(long, cls.OUTPUT_STRATA)),
+                   f(prefix_hit_fraction))
+
+    @property
+    def decode_context_tokens(self) -> np.ndarray:
+        """Mean context of the sequences decoding: E[P] + E[O](1 + cv_O^2)/2 (length-biased)."""
+        return self.prompt_mean_tokens + self.output_mean_tokens * (1.0 + self.output_cv2) / 2.0
 
 
-def erlang_c_halfin_whitt(servers, offered_load) -> np.ndarray:
+def erlang_c_halfin_whitt(servers, offered_load, variance_factor=1.0) -> np.ndarray:
     """P(wait) of M/M/c, Halfin-Whitt approximation: 1 / (1 + beta Phi(beta) / phi(beta)).
 
-    ``beta = (c - a) / sqrt(a)``; 1 when a >= c, 0 when a = 0.
+    ``beta = (c - a) / sqrt(a * variance_factor)``: the occupancy's variance is
+    ``variance_factor`` times the Poisson one (bursty, self-exciting occupancy);
+    1 when a >= c, 0 when a = 0.
     """
     c = np.asarray(servers, dtype=float)
     a = np.asarray(offered_load, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        beta = (c - a) / np.sqrt(np.maximum(a, 1e-300))
+        beta = (c - a) / np.sqrt(np.maximum(a * variance_factor, 1e-300))
         # Phi(beta)/phi(beta) via the scaled complementary error function is overkill here;
         # beta is clipped where the probability is negligible anyway.
         b = np.clip(beta, -8.0, 8.0)
@@ -92,6 +136,21 @@ def _erf(x):
     return s * y
 
 
+def mixture_p95_offset(sds, steps: int = 14) -> np.ndarray:
+    """x with mean over i of Phi(x / sd_i) = 0.95: the p95 offset of an equal-weight mixture
+    of zero-mean normals (bisection between z95 * min sd and z95 * max sd)."""
+    sds = [np.asarray(s, dtype=float) for s in sds]
+    lo = Z95 * np.minimum.reduce(sds)
+    hi = Z95 * np.maximum.reduce(sds)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cdf = sum(0.5 * (1.0 + _erf(mid / (s * np.sqrt(2.0)))) for s in sds) / len(sds)
+        low = cdf < P95
+        lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
+    return 0.5 * (lo + hi)
+
+
 def exponential_tail_p95(p_wait, mean_wait_given_wait) -> np.ndarray:
     """p95 of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise."""
     p = np.asarray(p_wait, dtype=float)
@@ -108,43 +167,75 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n) -
     """
     n = np.asarray(n, dtype=float)
     out_m1 = np.maximum(t.output_mean_tokens - 1.0, 1.0)
-    prompt_eff = t.prompt_mean_tokens * (1.0 - t.prefix_hit_fraction)
+    ctx = t.decode_context_tokens
+    hit = 1.0 - t.prefix_hit_fraction
     chunk = p.prefill_chunk_tokens
-    k = np.maximum(1.0, prompt_eff / chunk + 0.5)
-    tokens = prompt_eff / k
-    s_d = mixed_step_time_s(c, p, n, 0.0)
-    s_m = mixed_step_time_s(c, p, n, tokens, prompt_tokens=t.prompt_mean_tokens)
-    delta = s_m - s_d
-    mixed_fraction = n * k / out_m1
-    tau = s_d + mixed_fraction * delta
-    rate = n / (out_m1 * tau)
 
-    # TPOT p95: occupancy quantile (damped) and p95 number of mixed steps over a life.
-    slots = np.minimum(c.batch, max_concurrency(c, p))
-    n_q = np.minimum(n + Z95 * np.sqrt(n) * p.occupancy_spread_damping, np.maximum(slots, n))
-    steps = np.maximum(t.output_median_tokens - 1.0, 1.0)
-    mu_k = mixed_fraction * steps
-    k95 = mu_k + Z95 * np.sqrt(mu_k)
-    s_dq = mixed_step_time_s(c, p, n_q, 0.0)
-    s_mq = mixed_step_time_s(c, p, n_q, tokens, prompt_tokens=t.prompt_mean_tokens)
-    tpot_p95 = s_dq + np.minimum(k95 / steps, 1.0) * (s_mq - s_dq)
+    def step(decoders, tokens=0.0, prompt=None):
+        return mixed_step_time_s(c, p, decoders, tokens, context_tokens=ctx, prompt_tokens=prompt)
+
+    s_d = step(n)
+    slope = step(n + 1.0) - s_d                                   # b: step time per decoder
+    # Prefill of one request, per prompt stratum: full chunks, then the remainder.
+    s_full = step(n, chunk, t.prompt_p95_tokens)
+    per_token = np.maximum(s_full - s_d, 0.0) / chunk              # prefill time per prompt token
+    extra, extra2, service, service2 = 0.0, 0.0, 0.0, 0.0
+    m = len(t.prompt_strata_tokens)
+    for tokens, attn, var_p in zip(t.prompt_strata_tokens, t.prompt_strata_attention_tokens,
+                                   t.prompt_strata_var):
+        eff = np.maximum(tokens * hit, 1.0)
+        full = np.ceil(eff / chunk) - 1.0
+        cost = full * s_full + step(n, eff - full * chunk, attn)  # time of its prefill steps
+        over = cost - (full + 1.0) * s_d                           # beyond plain decode steps
+        extra = extra + over / m
+        extra2 = extra2 + (over ** 2 + per_token ** 2 * var_p * hit ** 2) / m
+        service = service + cost / m
+        service2 = service2 + (cost ** 2 + per_token ** 2 * var_p * hit ** 2) / m
+    # Arrivals lengthen the lives of the requests decoding, which see more arrivals: a
+    # branching ratio phi inflates occupancy and arrival-count variances by 1/(1-phi)^2.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tau0 = s_d + n * extra / out_m1
+        rate0 = n / (out_m1 * tau0)
+        phi = np.clip(rate0 * (extra + slope * out_m1 / 2.0), 0.0, MAX_BRANCHING_RATIO)
+        burst2 = 1.0 / (1.0 - phi) ** 2
+        # Requests see the occupancy length-biased: n + Var(n)/n = n + burst^2.
+        tau = tau0 + slope * burst2
+        rate = n / (out_m1 * tau)
+        # TPOT spread of a request with O output tokens: arrivals during its life (compound
+        # Poisson, inflated), each adding its prefill time over the O - 1 tokens and b/2
+        # through occupancy; plus the occupancy it starts with. p95 over the O strata.
+        common = rate * tau * burst2 * (extra * slope + slope ** 2 * out_m1 / 4.0) + slope ** 2 * n / 3.0
+        sds = [np.sqrt(common + rate * tau * burst2 * extra2 * inv) for inv in t.output_strata_inv]
+        tpot_p95 = tau + mixture_p95_offset(sds)
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
-    p95_eff = t.prompt_p95_tokens * (1.0 - t.prefix_hit_fraction)
-    k_p95 = np.ceil(np.maximum(p95_eff, 1.0) / chunk)
-    service_p95 = k_p95 * mixed_step_time_s(c, p, n, np.minimum(p95_eff, chunk),
-                                            prompt_tokens=t.prompt_p95_tokens)
-    service_mean = k * s_m
-    rho = rate * service_mean
-    with np.errstate(divide="ignore", invalid="ignore"):
-        mean_wait = rate * service_mean ** 2 * (1.0 + t.prompt_cv2) / (2.0 * (1.0 - rho))
-        w_pf = exponential_tail_p95(rho, mean_wait / np.maximum(rho, 1e-300))
-        time_in_system = service_mean + out_m1 * tau
+    slots = np.minimum(c.batch, max_concurrency(c, p))
+    p95_eff = np.maximum(t.prompt_p95_tokens * hit, 1.0)
+    full_chunks = np.ceil(np.maximum(p95_eff, 1.0) / chunk) - 1.0
+    service_p95 = full_chunks * s_full + step(n, p95_eff - full_chunks * chunk, t.prompt_p95_tokens)
+    rho = rate * service                 # share of time spent in prefill iterations
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        # Residual of the iteration in progress at arrival: a prefill iteration (length
+        # ~ E[cost^2]/E[cost], at most a full chunk) with probability rho, else a decode step.
+        s_long = np.minimum(service2 / service, s_full)
+        r_mean = 0.5 * (rho * s_long + (1.0 - rho) * s_d)
+        r_p95 = np.where(rho > 1.0 - P95, s_long * (1.0 - (1.0 - P95) / rho), s_d)
+        # Prefill queue ahead (M/G/1, Pollaczek-Khinchine, exponential tail).
+        w_mean = np.where(rho < 1.0, rate * service2 / (2.0 * (1.0 - rho)), np.inf)
+        w_p95 = exponential_tail_p95(rho, w_mean / np.maximum(rho, 1e-300))
+        # Slots: M/M/c with the bursty occupancy's variance (Halfin-Whitt).
+        time_in_system = service + out_m1 * tau
         offered = rate * time_in_system
-        p_wait = erlang_c_halfin_whitt(slots, offered)
+        p_wait = erlang_c_halfin_whitt(slots, offered, burst2)
         w_slot = exponential_tail_p95(p_wait, time_in_system / np.maximum(slots - offered, 1e-300))
-    ttft_p95 = w_pf + w_slot + service_p95 + s_d
-    stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1)
+        # Residual, prefill queue and slot wait are positively correlated (busy periods
+        # bring all three): their deviations combine with correlation QUEUE_CORRELATION;
+        # the own prefill is independent of them.
+        r_dev, w_dev = r_p95 - r_mean, w_p95 - w_mean + w_slot
+        queued_dev = np.sqrt(r_dev ** 2 + w_dev ** 2 + 2.0 * QUEUE_CORRELATION * r_dev * w_dev)
+        ttft_p95 = r_mean + w_mean + service + np.sqrt(queued_dev ** 2
+                                                       + np.maximum(service_p95 - service, 0.0) ** 2)
+    stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     inf = np.inf
     return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": np.where(stable, tpot_p95, inf),
             "ttft_p95_s": np.where(stable, ttft_p95, inf), "stable": stable, "occupancy": n}
@@ -208,3 +299,18 @@ def state_at_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays, rate_per_
         state[key] = np.where(overloaded, np.inf, state[key])
     state["overloaded"] = overloaded
     return state
+
+
+def saturation_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays,
+                    steps: int = CAPACITY_BISECTION_STEPS) -> np.ndarray:
+    """The largest Poisson rate [1/s] the replica sustains at all (no SLO): its capacity."""
+    n_max = _n_max(c, p)
+    shape = np.broadcast_shapes(n_max.shape, np.shape(t.prompt_mean_tokens))
+    lo, hi = np.zeros(shape), np.broadcast_to(n_max, shape).astype(float) * (1 - 1e-9)
+    top = state_at_occupancy(c, p, t, hi)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        good = state_at_occupancy(c, p, t, mid)["stable"]
+        lo, hi = np.where(good, mid, lo), np.where(good, hi, mid)
+    n_star = np.where(top["stable"], hi, lo)
+    return state_at_occupancy(c, p, t, n_star)["rate_per_s"]

@@ -1,0 +1,212 @@
+"""Build the CP-SAT model of a planning instance: replicas, traffic units, and their limits."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from ortools.sat.python import cp_model
+
+from planner.optimize.instance import PlanningInstance
+from planner.optimize.prune import prune_dominated
+from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
+                                      check_magnitudes, cost_units, limit_cost_units,
+                                      replica_upper_bounds, scale_loads)
+from planner.schema import PlanningInputError
+
+
+@dataclass(frozen=True, eq=False)
+class BuiltModel:
+    """A CP-SAT model with its variables keyed by candidate and the scaling it used.
+
+    Attributes
+    ----------
+    model : cp_model.CpModel
+        Minimizes ``cost_expr``; never mutated after building (solvers work on clones).
+    instance : PlanningInstance
+        The instance it was built from.
+    candidates : pandas.DataFrame
+        Kept candidates, sorted by ``candidate_id``.
+    pruned : pandas.Series
+        Pruned ``candidate_id`` -> id of a kept candidate dominating it.
+    workloads : tuple of str
+        Canonical (sorted) workload order.
+    replicas, use, spare : pandas.Series
+        IntVar / BoolVar per kept candidate; ``spare`` only for candidates able to
+        serve a redundancy workload.
+    replica_upper : pandas.Series
+        Upper bound of each ``replicas`` variable.
+    traffic : pandas.Series
+        IntVar of traffic units per (candidate_id, workload) pair the candidate can serve.
+    traffic_units : pandas.Series
+        Pieces per workload.
+    price_units : pandas.Series
+        Scaled price per replica [cost units / h].
+    load_coef : pandas.Series
+        Scaled load of one traffic unit, per (candidate_id, workload) pair.
+    load_units_per_replica : pandas.Series
+        Load units one replica carries, per candidate.
+    cost_expr : cp_model.LinearExpr
+        Scaled cost [cost units / h].
+    tie_break_weights : pandas.Series
+        Distinct weights 1..n per candidate, in the order of a hash of ``candidate_id``.
+    tie_break_expr : cp_model.LinearExpr
+        sum_j tie_break_weights_j * replicas_j, the secondary objective.
+    scales : dict
+        Scale constants and modes, for the run record.
+    """
+
+    model: cp_model.CpModel
+    instance: PlanningInstance
+    candidates: pd.DataFrame
+    pruned: pd.Series
+    workloads: tuple[str, ...]
+    replicas: pd.Series
+    use: pd.Series
+    spare: pd.Series
+    replica_upper: pd.Series
+    traffic: pd.Series
+    traffic_units: pd.Series
+    price_units: pd.Series
+    load_coef: pd.Series
+    load_units_per_replica: pd.Series
+    cost_expr: cp_model.LinearExpr
+    tie_break_weights: pd.Series
+    tie_break_expr: cp_model.LinearExpr
+    scales: dict
+
+
+def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel:
+    """Build the min-cost CP-SAT model of an instance.
+
+    Parameters
+    ----------
+    instance : PlanningInstance
+        The validated problem.
+    prune : bool, default True
+        Drop dominated candidates first (see :func:`prune_dominated`).
+
+    Returns
+    -------
+    BuiltModel
+
+    Raises
+    ------
+    PlanningInputError
+        When the scaled model would overflow the integer guard.
+
+    Notes
+    -----
+    Variables: replicas y_j in [0, U_j], use_j, spare_j, traffic units x_jk in [0, Q_k].
+    Constraints: ``serve[k]``: sum_j x_jk = Q_k; ``load[j]``: sum_k a_jk x_jk + L_j spare_j
+    <= L_j y_j; ``spare[j,k]``: x_jk <= Q_k spare_j for redundancy workloads;
+    ``use_link[j]``: use_j <= y_j <= U_j use_j; ``inventory_gpus[g]``; ``budget_usd_per_hour``;
+    ``max_distinct_configs``. Objective: minimize sum_j price_j y_j.
+    """
+    workloads = instance.workloads
+    cands = instance.candidates.sort_index()
+    cap_frame = instance.capacity_per_s.loc[cands.index, list(workloads)].astype(float)
+    pruned = prune_dominated(cands, cap_frame) if prune else pd.Series(dtype=object, name="dominated_by")
+    keep = ~cands.index.isin(pruned.index)
+    cands, cap_frame = cands[keep], cap_frame[keep]
+    ids = pd.Index(cands.index, name="candidate_id")
+    q = instance.traffic_units()
+    scaling = scale_loads(instance.rate_per_s[list(workloads)].to_numpy(float), q.to_numpy(), cap_frame)
+    cap = cap_frame.to_numpy()
+    red = np.isin(np.array(workloads), list(instance.redundancy_workloads))
+    can_spare = (cap[:, red] > 0).any(axis=1)
+    price_units, cost_exact = cost_units(cands["usd_per_replica_hour"])
+    budget_units = (None if instance.budget_usd_per_hour is None
+                    else limit_cost_units(instance.budget_usd_per_hour))
+    gpr = cands["gpus_per_replica"].to_numpy(np.int64)
+    upper = replica_upper_bounds(scaling, q.to_numpy(), can_spare)
+    problems = check_magnitudes(upper, price_units, budget_units)
+    if problems:
+        raise PlanningInputError([f"optimizer scaling: {p}" for p in problems])
+    for pos, gpu in enumerate(cands["gpu"]):
+        if gpu in instance.inventory_gpus:
+            upper[pos] = min(upper[pos], instance.inventory_gpus[gpu] // gpr[pos])
+        if budget_units is not None:
+            upper[pos] = min(upper[pos], budget_units // price_units[pos])
+
+    model = cp_model.CpModel()
+    model.name = "llm_deployment_plan"
+    replicas = model.new_int_var_series("replicas", ids, 0, pd.Series(upper, index=ids))
+    use = model.new_bool_var_series("use", ids)
+    spare_ids = ids[can_spare]
+    spare = model.new_bool_var_series("spare", spare_ids)
+    rows, cols = np.nonzero(cap > 0)
+    pairs = pd.MultiIndex.from_arrays([ids[rows], np.array(workloads, dtype=object)[cols]],
+                                      names=["candidate_id", "workload"])
+    q_arr = q.to_numpy()
+    coef = scaling.coef[rows, cols]
+    traffic = pd.Series([model.new_int_var(0, int(min(q_arr[k], (scaling.units[j] * upper[j]) // coef[i])),
+                                           f"traffic_units[{ids[j]},{workloads[k]}]")
+                         for i, (j, k) in enumerate(zip(rows, cols))], index=pairs, dtype=object)
+
+    for k, name in enumerate(workloads):
+        served = [traffic.iloc[i] for i in np.flatnonzero(cols == k)]
+        model.add(cp_model.LinearExpr.sum(served) == int(q_arr[k])).with_name(f"serve[{name}]")
+    for j, cid in enumerate(ids):
+        mine = np.flatnonzero(rows == j)
+        load = cp_model.LinearExpr.weighted_sum([traffic.iloc[i] for i in mine],
+                                                [int(coef[i]) for i in mine])
+        units = int(scaling.units[j])
+        y = replicas.iloc[j]
+        if can_spare[j]:
+            s = spare[cid]
+            model.add(load + units * s <= units * y).with_name(f"load[{cid}]")
+            for i in mine:
+                if red[cols[i]]:
+                    model.add(traffic.iloc[i] <= int(q_arr[cols[i]]) * s).with_name(
+                        f"spare[{cid},{workloads[cols[i]]}]")
+        else:
+            model.add(load <= units * y).with_name(f"load[{cid}]")
+        model.add(y <= int(upper[j]) * use[cid]).with_name(f"use_link[{cid}]")
+        model.add(y >= use[cid]).with_name(f"use_floor[{cid}]")
+    for gpu, count in sorted(instance.inventory_gpus.items()):
+        mask = (cands["gpu"] == gpu).to_numpy()
+        if mask.any():
+            model.add(cp_model.LinearExpr.weighted_sum(list(replicas[mask]), [int(g) for g in gpr[mask]])
+                      <= int(count)).with_name(f"inventory_gpus[{gpu}]")
+    cost_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(p) for p in price_units])
+    if budget_units is not None:
+        model.add(cost_expr <= budget_units).with_name("budget_usd_per_hour")
+    if instance.max_distinct_configs is not None:
+        model.add(cp_model.LinearExpr.sum(list(use)) <= instance.max_distinct_configs).with_name(
+            "max_distinct_configs")
+    model.minimize(cost_expr)
+
+    scales = {"cost_units_per_usd": COST_UNITS_PER_USD,
+              "cost_scaling": "exact" if cost_exact else "rounded_up",
+              "load_scaling": "exact" if scaling.exact else "rounded_up",
+              "load_units_per_replica": (LOAD_UNITS_PER_REPLICA if not scaling.exact
+                                         else "per candidate, lcm of its piece-load denominators"),
+              "max_load_units_per_replica": int(scaling.units.max()) if len(ids) else 0,
+              "max_load_overestimate_replicas": scaling.max_overestimate_replicas,
+              "traffic_units": {w: int(v) for w, v in q.items()},
+              "max_scaled_magnitude": MAX_SCALED_MAGNITUDE}
+    weights = tie_break_weights(ids)
+    tie_break_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(w) for w in weights])
+    return BuiltModel(model=model, instance=instance, candidates=cands, pruned=pruned,
+                      workloads=workloads, replicas=replicas, use=use, spare=spare,
+                      replica_upper=pd.Series(upper, index=ids, dtype=np.int64), traffic=traffic,
+                      traffic_units=q, price_units=pd.Series(price_units, index=ids),
+                      load_coef=pd.Series(coef, index=pairs, dtype=np.int64),
+                      load_units_per_replica=pd.Series(scaling.units, index=ids), cost_expr=cost_expr,
+                      tie_break_weights=weights, tie_break_expr=tie_break_expr, scales=scales)
+
+
+def tie_break_weights(ids: pd.Index) -> pd.Series:
+    """Distinct weights 1..n ordered by a hash of each id: fixed per id set, free of id patterns.
+
+    Sequential ids (``...-tp1``, ``...-tp2``) would give arithmetic weight patterns that
+    let equal-cost plans tie in the weighted sum too; a hash order makes that unlikely.
+    """
+    digest = [hashlib.blake2b(str(i).encode(), digest_size=8).hexdigest() for i in ids]
+    order = sorted(range(len(ids)), key=lambda pos: (digest[pos], str(ids[pos])))
+    weights = np.empty(len(ids), dtype=np.int64)
+    weights[order] = np.arange(1, len(ids) + 1)
+    return pd.Series(weights, index=ids, name="tie_break_weight")

@@ -1,0 +1,208 @@
+"""Run CP-SAT on a built model, report status honestly, and read the plan back as tables."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from ortools.sat.python import cp_model
+
+from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
+from planner.optimize.model import BuiltModel, build_model
+from planner.optimize.scaling import COST_UNITS_PER_USD
+from planner.optimize.tiebreak import TIE_BREAK_RULE, canonical_solution, new_solver, tie_break_weight
+
+_STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
+           cp_model.INFEASIBLE: SolveStatus.INFEASIBLE, cp_model.MODEL_INVALID: SolveStatus.MODEL_INVALID,
+           cp_model.UNKNOWN: SolveStatus.UNKNOWN}
+
+OBJECTIVE_SENSE = {"usd_per_hour": "min"}
+
+
+@dataclass(frozen=True, eq=False)
+class SolveResult:
+    """Outcome of :func:`run_solver`.
+
+    Attributes
+    ----------
+    status : SolveStatus
+        ``optimal`` only when proven with gap 0.
+    objective_usd_per_hour, best_bound_usd_per_hour, gap : float or None
+        Cost of the plan, proven lower bound, relative gap (obj - bound) / obj; None
+        without a plan.
+    wall_time_s : float
+        All phases together.
+    solver_params : dict
+        Settings used, the tie-break rule, ``proven_unique`` (the plan is the unique
+        canonical optimum), the number of CP-SAT solves and wall time per stage.
+    scales : dict
+        Integer scale constants of the model.
+    replicas, traffic_units : pandas.Series or None
+        Solution values aligned with the model's ``replicas`` and ``traffic`` Series.
+    """
+
+    status: SolveStatus
+    objective_usd_per_hour: float | None
+    best_bound_usd_per_hour: float | None
+    gap: float | None
+    wall_time_s: float
+    solver_params: dict
+    scales: dict
+    replicas: pd.Series | None = None
+    traffic_units: pd.Series | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A deployment plan: what to run (``deployments``) and where traffic goes (``routing``).
+
+    ``deployments``: one row per candidate with replicas > 0, sorted by ``candidate_id``:
+    candidate_id, gpu, gpus_per_replica, replicas, gpus, usd_per_hour, load_fraction
+    (load / replicas), then the candidates' other columns. ``routing``: long format
+    candidate_id, workload, rate_per_s [1/s]. ``usd_per_hour``: total cost;
+    ``gpus_by_type``: GPUs per GPU type.
+    """
+
+    deployments: pd.DataFrame
+    routing: pd.DataFrame
+    usd_per_hour: float
+    gpus_by_type: dict[str, int]
+
+
+def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> SolveResult:
+    """Solve a built model to minimum cost, then pick the canonical optimal plan.
+
+    Parameters
+    ----------
+    built : BuiltModel
+        From :func:`build_model`; not mutated.
+    options : SolverOptions
+        Solver settings.
+
+    Returns
+    -------
+    SolveResult
+        ``infeasible``/``unknown``/``model_invalid`` results carry no solution.
+
+    Notes
+    -----
+    Phase 1 minimizes ``M * cost + sum_j w_j * replicas_j`` with parallel workers,
+    M larger than the second term, so cost comes first (cost alone when that objective
+    could overflow). When it is proven optimal, phase 2 (:func:`canonical_solution`)
+    bounds cost (and the rank term) by the optimum and breaks the remaining ties
+    lexicographically, which makes the returned plan unique, hence identical across
+    runs and worker counts. With a non-zero gap limit the status is at best
+    ``feasible`` unless the gap closed.
+    """
+    start = time.perf_counter()
+    weight = tie_break_weight(built)
+    model = built.model
+    if weight is not None:          # one solve: cost first, rank tie-break second
+        model = built.model.clone()
+        model.minimize(weight * built.cost_expr + built.tie_break_expr)
+    solver = new_solver(options, options.time_limit_s)
+    code = solver.solve(model)
+    status = _STATUS.get(code, SolveStatus.UNKNOWN)
+    params = {"time_limit_s": options.time_limit_s, "num_workers": options.num_workers,
+              "random_seed": options.random_seed, "relative_gap_limit": options.relative_gap_limit,
+              "objective_sense": OBJECTIVE_SENSE, "tie_break": TIE_BREAK_RULE,
+              "prove_unique_plan": options.prove_unique_plan, "combined_objective_weight": weight,
+              "proven_unique": False, "num_solves": 1}
+    if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
+        return SolveResult(status, None, None, None, time.perf_counter() - start, params, built.scales)
+    y = np.asarray(solver.values(built.replicas), dtype=np.int64)
+    cost_units = int(built.price_units.to_numpy(dtype=object) @ y.astype(object))
+    if code == cp_model.OPTIMAL and options.relative_gap_limit == 0:
+        bound_units = cost_units
+    elif weight is None:
+        bound_units = math.ceil(solver.best_objective_bound - 1e-6)
+    else:
+        tie_max = weight - 1
+        bound_units = math.ceil((solver.best_objective_bound - tie_max) / weight - 1e-9)
+    bound_units = min(max(bound_units, 0), cost_units)
+    gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
+    if status == SolveStatus.OPTIMAL and gap > 0:
+        status = SolveStatus.FEASIBLE      # optimal only within the gap limit
+    params["wall_time_s"] = {"cost": time.perf_counter() - start}
+    if status == SolveStatus.OPTIMAL:
+        tie_units = None if weight is None else int(built.tie_break_weights.to_numpy() @ y)
+        y, x, report = canonical_solution(built, options, cost_units, tie_units, solver)
+        params.update(proven_unique=report.proven_unique, num_solves=1 + report.num_solves)
+        params["wall_time_s"].update(report.wall_time_s)
+    else:
+        x = np.asarray(solver.values(built.traffic), dtype=np.int64)
+    replicas = pd.Series(y, index=built.replicas.index, name="replicas")
+    traffic = pd.Series(x, index=built.traffic.index, name="traffic_units", dtype=np.int64)
+    price = built.candidates["usd_per_replica_hour"].to_numpy(float)
+    objective = math.fsum(price * y)
+    return SolveResult(status, objective, bound_units / COST_UNITS_PER_USD, gap,
+                       time.perf_counter() - start, params, built.scales, replicas, traffic)
+
+
+def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
+    """Turn a solution into deployment and routing tables.
+
+    Parameters
+    ----------
+    built : BuiltModel
+        The model that was solved.
+    result : SolveResult
+        From :func:`run_solver` on ``built``.
+
+    Returns
+    -------
+    Plan or None
+        None when the result holds no solution (infeasible, unknown, invalid).
+    """
+    if result.replicas is None:
+        return None
+    inst, cands = built.instance, built.candidates
+    rate = inst.rate_per_s[list(built.workloads)].astype(float)
+    x = result.traffic_units
+    pair_ids = x.index.get_level_values("candidate_id")
+    pair_wl = x.index.get_level_values("workload")
+    routed = rate.loc[pair_wl].to_numpy() * (x.to_numpy() / built.traffic_units.loc[pair_wl].to_numpy())
+    routing = pd.DataFrame({"candidate_id": pair_ids, "workload": pair_wl, "rate_per_s": routed})
+    routing = routing[x.to_numpy() > 0].sort_values(["candidate_id", "workload"]).reset_index(drop=True)
+    cap = inst.capacity_per_s.loc[routing["candidate_id"], :].to_numpy(float)
+    wl_pos = inst.capacity_per_s.columns.get_indexer(routing["workload"])
+    load = pd.Series(routing["rate_per_s"].to_numpy() / cap[np.arange(len(routing)), wl_pos])
+    load_by_id = load.groupby(routing["candidate_id"].to_numpy()).sum()
+
+    y = result.replicas[result.replicas > 0]
+    rows = cands.loc[y.index]
+    price = rows["usd_per_replica_hour"].to_numpy(float)
+    gpr = rows["gpus_per_replica"].to_numpy(np.int64)
+    dep = pd.DataFrame({"candidate_id": y.index.to_numpy(), "gpu": rows["gpu"].to_numpy(),
+                        "gpus_per_replica": gpr, "replicas": y.to_numpy(np.int64),
+                        "gpus": y.to_numpy(np.int64) * gpr, "usd_per_hour": y.to_numpy() * price,
+                        "load_fraction": load_by_id.reindex(y.index, fill_value=0.0).to_numpy() / y.to_numpy()})
+    others = rows.drop(columns=["gpu", "gpus_per_replica"]).reset_index(drop=True)
+    dep = pd.concat([dep, others], axis=1)
+    dep.attrs["name"] = "deployments"
+    routing.attrs.update(name="routing", unit="1/s")
+    gpus = dep.groupby("gpu")["gpus"].sum()
+    return Plan(deployments=dep, routing=routing, usd_per_hour=math.fsum(dep["usd_per_hour"]),
+                gpus_by_type={str(g): int(n) for g, n in sorted(gpus.items())})
+
+
+def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions()
+          ) -> tuple[SolveResult, Plan | None]:
+    """Build, solve and read in one call.
+
+    Parameters
+    ----------
+    instance : PlanningInstance
+    options : SolverOptions
+
+    Returns
+    -------
+    (SolveResult, Plan or None)
+        The plan is None whenever no solution was found; never an empty plan.
+    """
+    built = build_model(instance)
+    result = run_solver(built, options)
+    return result, read_plan(built, result)

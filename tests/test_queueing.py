@@ -1,0 +1,112 @@
+"""Tail-latency model: agreement with the simulator, and monotonicity of capacity at SLO."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from planner.configs import config_arrays
+from planner.serving.params import ServingParams
+from planner.serving.queueing import (TrafficArrays, capacity_at_slo, erlang_c_halfin_whitt,
+                                      mixture_p95_offset, saturation_rate, state_at_rate)
+from planner.traffic import Fixed, LogNormal
+
+P = ServingParams()
+PROMPT, OUTPUT = LogNormal(1000, 3000), LogNormal(300, 800)
+
+
+def arrays(catalog, model="llama-3.1-8b", gpu="h100-sxm", tp=1, batch=128, quant="bf16", kv="bf16", n=1):
+    frame = pd.DataFrame({"model": [model] * n, "gpu": gpu, "quantization": quant, "kv_cache_dtype": kv,
+                          "tp": tp, "pp": 1, "batch": batch, "prompt_tokens": PROMPT.mean,
+                          "output_tokens": OUTPUT.mean, "context_tokens": np.nan})
+    return config_arrays(catalog, frame)[0]
+
+
+TRAFFIC = TrafficArrays.from_distributions(PROMPT, OUTPUT)
+
+
+@pytest.mark.parametrize("load", [0.3, 0.6])
+def test_analytic_p95_matches_simulator(catalog, load):
+    """Reduced grid of benchmarks/bench_queueing_vs_sim.py (which runs 3 models x 3 loads)."""
+    from planner.simulate import simulate_replica
+
+    c = arrays(catalog)
+    rate = load * float(saturation_rate(c, P, TRAFFIC)[0])
+    state = state_at_rate(c, P, TRAFFIC, rate)
+    sim = simulate_replica(c, P, rate_per_s=rate, prompt=PROMPT, output=OUTPUT, max_batch=128,
+                           requests=20000, seed=0).to_dict()
+    assert float(state["ttft_p95_s"][0]) == pytest.approx(sim["ttft_p95_s"], rel=0.15)
+    assert float(state["tpot_p95_s"][0]) == pytest.approx(sim["tpot_p95_s"], rel=0.15)
+
+
+def test_fixed_lengths_at_trickle_load_reduce_to_step_times(catalog):
+    """At a trickle, TTFT p95 = prefill + one decode step and TPOT = the batch-1 step."""
+    from planner.serving.roofline import mixed_step_time_s
+
+    t = TrafficArrays.from_distributions(Fixed(500), Fixed(100))
+    c = arrays(catalog)
+    state = state_at_rate(c, P, t, 1e-4)
+    ctx = float(t.decode_context_tokens)
+    step1 = float(mixed_step_time_s(c, P, 1.0, 0.0, context_tokens=ctx)[0])
+    prefill = float(mixed_step_time_s(c, P, 0.0, 500.0, context_tokens=ctx, prompt_tokens=500.0)[0])
+    assert float(state["tpot_p95_s"][0]) == pytest.approx(step1, rel=0.01)
+    assert float(state["ttft_p95_s"][0]) == pytest.approx(prefill + step1, rel=0.05)
+
+
+def _capacity(c, ttft=1.0, tpot=0.05, traffic=TRAFFIC):
+    return capacity_at_slo(c, P, traffic, ttft, tpot)["max_rate_per_s"]
+
+
+def test_capacity_monotone_in_slos(catalog):
+    c = arrays(catalog, model="llama-3.1-70b", gpu="h200-sxm", tp=4)
+    tpots = np.array([0.015, 0.02, 0.03, 0.05, 0.1])
+    ttfts = np.array([0.2, 0.4, 0.8, 1.6, 5.0])
+    cap_tpot = [float(_capacity(c, 1.0, t)[0]) for t in tpots]
+    cap_ttft = [float(_capacity(c, t, 0.05)[0]) for t in ttfts]
+    assert np.all(np.diff(cap_tpot) >= -1e-9) and cap_tpot[-1] > cap_tpot[0]
+    assert np.all(np.diff(cap_ttft) >= -1e-9) and cap_ttft[-1] > cap_ttft[0]
+
+
+def test_capacity_monotone_in_bandwidth_and_memory(catalog):
+    c = arrays(catalog)
+    base = float(_capacity(c)[0])
+    faster = c.replace(bandwidth_bytes_per_s=c.bandwidth_bytes_per_s * 1.5)
+    bigger = arrays(catalog, batch=512).replace(memory_bytes=c.memory_bytes * 2)
+    assert float(_capacity(faster)[0]) >= base
+    assert float(_capacity(bigger)[0]) >= float(_capacity(arrays(catalog, batch=512))[0])
+
+
+def test_capacity_monotone_in_max_batch_until_memory_cap(catalog):
+    batches = np.array([8, 16, 32, 64, 128, 256, 512, 1024])
+    frame = pd.DataFrame({"model": "llama-3.1-8b", "gpu": "h100-sxm", "quantization": "bf16",
+                          "kv_cache_dtype": "bf16", "tp": 1, "pp": 1, "batch": batches,
+                          "prompt_tokens": 1000.0, "output_tokens": 300.0, "context_tokens": np.nan})
+    c = config_arrays(catalog, frame)[0]
+    caps = _capacity(c, 2.0, 0.1)
+    assert np.all(np.diff(caps) >= -1e-9 * caps[1:])
+
+
+def test_property_random_configs(catalog):
+    """Loosening either SLO never lowers capacity, over random configurations."""
+    rng = np.random.default_rng(1)
+    n = 200
+    frame = pd.DataFrame({
+        "model": rng.choice(["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "qwen3-32b"], n),
+        "gpu": rng.choice(["h100-sxm", "h200-sxm", "a100-sxm-80gb", "b200", "mi300x"], n),
+        "quantization": rng.choice(["bf16", "fp8"], n), "kv_cache_dtype": "bf16",
+        "tp": rng.choice([2, 4, 8], n), "pp": 1, "batch": rng.choice([16, 64, 256], n),
+        "prompt_tokens": 1000.0, "output_tokens": 300.0, "context_tokens": np.nan})
+    c = config_arrays(catalog, frame)[0]
+    ttft = rng.uniform(0.2, 3.0, n)
+    tpot = rng.uniform(0.01, 0.1, n)
+    base = _capacity(c, ttft, tpot)
+    assert np.all(_capacity(c, ttft * 1.5, tpot) >= base - 1e-9)
+    assert np.all(_capacity(c, ttft, tpot * 1.5) >= base - 1e-9)
+
+
+def test_erlang_c_and_mixture_helpers():
+    assert float(erlang_c_halfin_whitt(10, 0.0)) == 0.0
+    assert float(erlang_c_halfin_whitt(10, 12.0)) == 1.0
+    p = erlang_c_halfin_whitt(100, np.array([50.0, 80.0, 95.0]))
+    assert np.all(np.diff(p) > 0)
+    # one component: the normal p95
+    assert float(mixture_p95_offset([np.array(2.0)])) == pytest.approx(1.6449 * 2.0, rel=1e-3)
