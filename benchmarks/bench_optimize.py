@@ -1,6 +1,6 @@
 """Benchmark the CP-SAT planner on a large seeded synthetic instance (20 GPU types, 6 workloads).
 
-Usage: python benchmarks/bench_optimize.py [--seed 0] [--types 20] [--workers 8] [--time-limit-s 30]
+Usage: python benchmarks/bench_optimize.py [--seed 0] [--types 20] [--workers 8] [--time-limit-s 300]
                                           [--no-proof]
 """
 
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--types", type=int, default=20)
     parser.add_argument("--workers", type=int, default=8)
-    parser.add_argument("--time-limit-s", type=float, default=30.0)
+    parser.add_argument("--time-limit-s", type=float, default=300.0)
     parser.add_argument("--no-proof", action="store_true", help="skip the proof that the plan is unique")
     args = parser.parse_args()
     inst = synthetic_instance(args.seed, args.types)

@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from planner.optimize import SolveStatus, solve
+from planner.optimize.check import check_plan
 from planner.problem import Problem
-from planner.search import serving_params, workload_arrays, workload_capacity
-from planner.serving.queueing import TrafficArrays, state_at_occupancy
+from planner.search import serving_params, workload_arrays
+from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve, state_at_occupancy
 
 METRICS = ("tpot_p95_s", "ttft_p95_s")
 #: The tightest target sits this much above the fastest latency any candidate reaches.
@@ -37,13 +38,31 @@ def _fastest_latency(problem: Problem, feasible: pd.DataFrame, metric: str) -> f
     return worst
 
 
-def _capacities(problem: Problem, feasible: pd.DataFrame, metric: str, target_s: float) -> pd.DataFrame:
+def _curves(problem: Problem, feasible: pd.DataFrame) -> dict:
+    """Occupancy curves of the feasible candidates per workload (computed once per sweep)."""
     params = serving_params(problem)
-    cap = pd.DataFrame(0.0, index=feasible.index, columns=[w.name for w in problem.workloads])
+    out = {}
     for w in problem.workloads:
         rows = feasible[feasible["model"] == w.model]
-        caps = {"tpot_cap_s": target_s} if metric == "tpot_p95_s" else {"ttft_cap_s": target_s}
-        cap.loc[rows.index, w.name] = workload_capacity(problem, rows, w, params, **caps)["max_rate_per_s"]
+        if rows.empty:
+            continue
+        traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
+        out[w.name] = (rows.index, occupancy_curve(workload_arrays(problem, rows, w), params, traffic))
+    return out
+
+
+def _capacities(problem: Problem, feasible: pd.DataFrame, curves: dict, metric: str, target_s: float) -> pd.DataFrame:
+    cap = pd.DataFrame(0.0, index=feasible.index, columns=[w.name for w in problem.workloads])
+    for w in problem.workloads:
+        if w.name not in curves:
+            continue
+        index, curve = curves[w.name]
+        ttft, tpot = w.slo.ttft_p95_s, w.slo.tpot_p95_s
+        if metric == "tpot_p95_s":
+            tpot = min(tpot, target_s)
+        else:
+            ttft = min(ttft, target_s)
+        cap.loc[index, w.name] = capacity_from_curve(curve, ttft, tpot)
     return cap
 
 
@@ -54,28 +73,47 @@ def targets(problem: Problem, feasible: pd.DataFrame, metric: str, points: int) 
     return np.unique(np.geomspace(tightest, loosest, points))
 
 
-def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: int | None = None) -> pd.DataFrame:
+def _solve_point(instance, options, previous):
+    """Solve one front point, reusing the next looser point's optimal plan when it still holds.
+
+    Capacities only shrink as the target tightens, so the optimum cost can only rise; a
+    looser optimum that stays feasible under the tighter capacities is therefore optimal.
+    """
+    if instance is None:
+        return str(SolveStatus.INFEASIBLE), None
+    if previous is not None and previous[1] is not None and previous[0] == str(SolveStatus.OPTIMAL):
+        if not check_plan(instance, previous[1]):
+            return previous
+    result, plan = solve(instance, options)
+    return str(result.status), plan
+
+
+def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: int | None = None,
+                  metrics=METRICS, per_gpu: bool = True) -> pd.DataFrame:
     """Points (front, metric, target_s, status, cost) of the mixed and per-GPU-type fronts.
 
     ``front`` is ``"mixed"`` or a GPU id; a point whose solve is infeasible has NaN cost.
+    ``per_gpu=False`` computes the mixed fronts only.
     """
     from planner.pipeline import planning_instance, usd_per_million_tokens
 
     points = points or problem.spec.optimize.pareto_points
     feasible = candidates[candidates["feasible"]]
-    gpu_types = sorted(feasible["gpu"].unique())
+    gpu_types = sorted(feasible["gpu"].unique()) if per_gpu else []
+    curves = _curves(problem, feasible)
     rows = []
-    for metric in METRICS:
-        for target in targets(problem, feasible, metric, points):
-            cap = _capacities(problem, feasible, metric, float(target))
+    for metric in metrics:
+        previous: dict = {}  # front -> (status, plan) of the next looser target
+        for target in targets(problem, feasible, metric, points)[::-1]:
+            cap = _capacities(problem, feasible, curves, metric, float(target))
             for front in ["mixed", *gpu_types]:
                 sub = cap if front == "mixed" else cap[feasible["gpu"] == front]
                 instance = planning_instance(problem, feasible.loc[sub.index], sub)
-                result, plan = solve(instance, options) if instance is not None else (None, None)
+                status, plan = _solve_point(instance, options, previous.get(front))
+                previous[front] = (status, plan)
                 ok = plan is not None
                 rows.append({
-                    "front": front, "metric": metric, "target_s": float(target),
-                    "status": str(result.status) if result is not None else str(SolveStatus.INFEASIBLE),
+                    "front": front, "metric": metric, "target_s": float(target), "status": status,
                     "usd_per_hour": plan.usd_per_hour if ok else np.nan,
                     "usd_per_million_tokens": usd_per_million_tokens(problem, plan.usd_per_hour) if ok else np.nan,
                     "gpus": int(plan.deployments["gpus"].sum()) if ok else 0,
@@ -83,6 +121,6 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: i
                         f"{r.replicas}x {r.gpu} tp{r.tp} pp{r.pp} {r.quantization}/{r.kv_cache_dtype} b{r.max_batch}"
                         for r in plan.deployments.itertuples()) if ok else "",
                 })
-    out = pd.DataFrame(rows)
+    out = pd.DataFrame(rows).sort_values(["metric", "front", "target_s"], kind="stable", ignore_index=True)
     out.attrs.update(name="pareto", unit="USD/h")
     return out

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from planner.optimize import PlanningInstance, SolverOptions, SolveStatus, k_best
+from planner.optimize.prune import prefilter_dominated
 from planner.problem import Problem
 from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
 from planner.serving.queueing import TrafficArrays, state_at_rate
@@ -95,9 +96,12 @@ def planning_instance(problem: Problem, candidates: pd.DataFrame,
     names = [w.name for w in problem.workloads]
     if capacity is None:
         capacity = feasible[[f"capacity_per_s[{n}]" for n in names]].set_axis(names, axis=1)
-    keep = capacity.index[(capacity > 0).any(axis=1)]
-    if keep.empty:
+    capacity = capacity[(capacity > 0).any(axis=1)]
+    if capacity.empty:
         return None
+    rows = feasible.loc[capacity.index]
+    limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
+    keep = capacity.index[prefilter_dominated(rows, capacity, limited)].sort_values()
     cands = feasible.loc[keep].rename(columns={"gpus": "gpus_per_replica"})
     cands = cands[["gpu", "gpus_per_replica", "usd_per_replica_hour",
                    *[c for c in CONFIG_COLUMNS + ("name",) if c in cands.columns]]]
@@ -188,8 +192,8 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         from planner.optimize.prune import prune_dominated
 
         pruned = prune_dominated(instance.candidates, instance.capacity_per_s)
-        counts["pruned_dominated"] = int(len(pruned))
         counts["in_model"] = int(len(instance.candidates) - len(pruned))
+        counts["pruned_dominated"] = counts["feasible"] - counts["in_model"]
     fronts = pd.DataFrame()
     if plans and pareto and not problem.measured:
         fronts = pareto_fronts(problem, candidates, options)

@@ -58,16 +58,15 @@ def brute_force_optimum(instance: PlanningInstance) -> BruteOptimum | None:
     if len(ids) > MAX_CANDIDATES or len(wls) > MAX_WORKLOADS:
         raise ValueError("brute force is for <= 4 candidates and <= 2 workloads")
     cands = instance.candidates.loc[ids]
-    frac = lambda v: Fraction(repr(float(v)))  # noqa: E731 - decimal the user wrote
-    cap = [[frac(instance.capacity_per_s.at[i, w]) for w in wls] for i in ids]
-    rate = [frac(instance.rate_per_s[w]) for w in wls]
+    cap = [[_decimal(instance.capacity_per_s.at[i, w]) for w in wls] for i in ids]
+    rate = [_decimal(instance.rate_per_s[w]) for w in wls]
     red = [w in instance.redundancy_workloads for w in wls]
     pieces = [instance.slices_per_workload or DEFAULT_TRAFFIC_UNITS] * len(wls)
     bounds = [math.ceil(sum((rate[k] / c for k, c in enumerate(row) if c > 0), Fraction(0))) + 1
               for row in cap]
     if math.prod(b + 1 for b in bounds) > MAX_VECTORS:
         raise ValueError("too many replica vectors to enumerate")
-    price = [frac(p) for p in cands["usd_per_replica_hour"]]
+    price = [_decimal(p) for p in cands["usd_per_replica_hour"]]
     den = math.lcm(*(p.denominator for p in price))
     vectors = np.array(list(itertools.product(*(range(b + 1) for b in bounds))), dtype=np.int64)
     cost_units = vectors @ np.array([int(p * den) for p in price], dtype=np.int64)
@@ -79,6 +78,11 @@ def brute_force_optimum(instance: PlanningInstance) -> BruteOptimum | None:
     return None
 
 
+def _decimal(value) -> Fraction:
+    """The rational the user wrote (shortest decimal repr of the float)."""
+    return Fraction(repr(float(value)))
+
+
 def _within_limits(instance, cands, y, price) -> bool:
     gpus: dict[str, int] = {}
     for gpu, gpr, n in zip(cands["gpu"], cands["gpus_per_replica"], y):
@@ -86,7 +90,7 @@ def _within_limits(instance, cands, y, price) -> bool:
     if any(gpus.get(g, 0) > limit for g, limit in instance.inventory_gpus.items()):
         return False
     budget = instance.budget_usd_per_hour
-    if budget is not None and sum(p * n for p, n in zip(price, y)) > Fraction(repr(float(budget))):
+    if budget is not None and sum(p * n for p, n in zip(price, y)) > _decimal(budget):
         return False
     k = instance.max_distinct_configs
     return k is None or sum(1 for n in y if n > 0) <= k

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:   # annotations only: the checker shares no code with the model
+    from planner.optimize.instance import PlanningInstance
+    from planner.optimize.solve import Plan
 
 RATE_RTOL = 1e-6       # served rate vs demanded rate, relative
 LOAD_ATOL = 1e-9       # replicas
 COST_RTOL = 1e-9       # relative
 
 
-def check_plan(instance, plan) -> list[str]:
+def check_plan(instance: PlanningInstance, plan: Plan) -> list[str]:
     """List every constraint a plan violates.
 
     Parameters

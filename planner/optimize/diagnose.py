@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
-from planner.optimize.model import BuiltModel, build_model
+from planner.optimize.model import build_model
 from planner.optimize.scaling import COST_UNITS_PER_USD
 from planner.optimize.tiebreak import new_solver
 
@@ -113,7 +112,7 @@ def _feasible(instance: PlanningInstance, options: SolverOptions) -> bool:
     return _status(instance, options) in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
 
 
-def _lex_min(built: BuiltModel, model: cp_model.CpModel, exprs, options) -> list[int] | None:
+def _lex_min(model: cp_model.CpModel, exprs, options: SolverOptions) -> list[int] | None:
     """Minimize each expression in turn, fixing it at its optimum; None if not proven."""
     values = []
     for expr in exprs:
@@ -140,7 +139,7 @@ def _inventory(instance: PlanningInstance, options: SolverOptions) -> Finding | 
         extra[gpu] = model.new_int_var(0, max(top, 0), f"extra_gpus[{gpu}]")
         used = cp_model.LinearExpr.weighted_sum(list(built.replicas[mask]), list(gpr[mask]))
         model.add(used <= instance.inventory_gpus[gpu] + extra[gpu])
-    values = _lex_min(built, model, [cp_model.LinearExpr.sum(list(extra.values()))]
+    values = _lex_min(model, [cp_model.LinearExpr.sum(list(extra.values()))]
                       + [extra[g] for g in gpus], options)
     if values is None:
         return None
@@ -164,7 +163,8 @@ def _budget(instance: PlanningInstance, options: SolverOptions) -> Finding | Non
     if solver.solve(built.model) != cp_model.OPTIMAL:
         return None
     cost_units = round(solver.objective_value)
-    for proposal in (math.ceil(cost_units / (COST_UNITS_PER_USD // 100)) / 100,
+    cents = -(-cost_units // (COST_UNITS_PER_USD // 100))
+    for proposal in (cents / 100,
                      cost_units / COST_UNITS_PER_USD):
         relaxation = {"budget_usd_per_hour": proposal}
         if _feasible(replace(instance, **relaxation), options):
@@ -181,7 +181,7 @@ def _distinct_configs(instance: PlanningInstance, options: SolverOptions) -> Fin
         return None
     built = build_model(free)
     model = built.model.clone()
-    values = _lex_min(built, model, [cp_model.LinearExpr.sum(list(built.use))], options)
+    values = _lex_min(model, [cp_model.LinearExpr.sum(list(built.use))], options)
     if values is None:
         return None
     relaxation = {"max_distinct_configs": values[0]}

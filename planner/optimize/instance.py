@@ -58,6 +58,8 @@ class SolverOptions:
             problems.append(f"random_seed: must be an integer, got {self.random_seed!r}")
         if not (0.0 <= self.relative_gap_limit < 1.0):
             problems.append(f"relative_gap_limit: must be in [0, 1), got {self.relative_gap_limit!r}")
+        if not isinstance(self.prove_unique_plan, bool):
+            problems.append(f"prove_unique_plan: must be a bool, got {self.prove_unique_plan!r}")
         if problems:
             raise PlanningInputError(problems)
 
@@ -188,7 +190,8 @@ def _option_problems(inst: PlanningInstance) -> list[str]:
     k = inst.max_distinct_configs
     if k is not None and not (_is_int(k) and k >= 1):
         problems.append(f"max_distinct_configs: must be an integer >= 1, got {k!r}")
-    unknown = [w for w in inst.redundancy_workloads if w not in set(inst.rate_per_s.index)]
+    known = set(inst.rate_per_s.index) if isinstance(inst.rate_per_s, pd.Series) else set()
+    unknown = [w for w in inst.redundancy_workloads if w not in known]
     if unknown:
         problems.append(f"redundancy_workloads: unknown workloads {unknown}")
     s = inst.slices_per_workload

@@ -72,3 +72,95 @@ def _kept_dominator(rows, cap, gpr, price, ids) -> str:
         if not beaten.any():
             return str(ids[rows[pos]])
     return str(ids[rows[order[0]]])  # unreachable for a strict partial order
+
+
+def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
+                        limited_gpus=frozenset()) -> np.ndarray:
+    """Positions of the candidates worth giving to the model (fast, vectorized, exact).
+
+    Two passes over possibly hundreds of thousands of candidates, before the quadratic
+    :func:`prune_dominated` sees the survivors: (1) within a group of the same GPU type,
+    GPUs per replica, price (and model, when given), keep the capacity maxima; (2) across
+    GPU types without an inventory limit, drop a candidate another one beats on price and
+    on every workload's capacity. Neither removes a candidate some optimal plan needs.
+
+    Parameters
+    ----------
+    candidates : pandas.DataFrame
+        Columns ``gpu``, ``gpus`` (or ``gpus_per_replica``), ``usd_per_replica_hour`` and
+        optionally ``model``.
+    capacity_per_s : pandas.DataFrame
+        Same rows, one column per workload [1/s].
+    limited_gpus : set of str
+        GPU types with an inventory limit (excluded from the cross-type pass).
+    """
+    gpus = "gpus" if "gpus" in candidates.columns else "gpus_per_replica"
+    group_cols = [c for c in ("gpu", gpus, "usd_per_replica_hour", "model") if c in candidates.columns]
+    first = _capacity_maxima(candidates[group_cols], capacity_per_s)
+    second = ~_cheaper_elsewhere(candidates.iloc[first], capacity_per_s.iloc[first], set(limited_gpus))
+    return first[second]
+
+
+def _capacity_maxima(groups: pd.DataFrame, capacity: pd.DataFrame, block: int = 512) -> np.ndarray:
+    """Positions of the rows not weakly dominated in capacity within their group.
+
+    Rows of one group (same GPU type, GPUs per replica and price) whose capacity vector
+    another row of the group matches or beats on every workload can never be needed by a
+    minimum-cost plan (of exact duplicates the first row stays). This vectorized
+    pre-filter leaves the optimizer's own pruning only the few maxima.
+    """
+    cap = capacity.to_numpy(float)
+    codes = groups.groupby(list(groups.columns), sort=False).ngroup().to_numpy()
+    keep = np.zeros(len(cap), dtype=bool)
+    for code in np.unique(codes):
+        rows = np.flatnonzero(codes == code)
+        c = cap[rows]
+        live = c.any(axis=0)
+        c = c[:, live]
+        # rank: larger total first, ties by position; a row can only be dominated by an
+        # earlier one in this order.
+        order = np.lexsort((rows, -c.sum(axis=1)))
+        c = c[order]
+        if c.shape[1] <= 1:
+            keep[rows[order[0]]] = True
+            continue
+        if c.shape[1] == 2:  # sweep: sorted by the first dimension, keep new maxima of the second
+            order2 = np.lexsort((np.arange(len(c)), -c[:, 1], -c[:, 0]))
+            second = c[order2, 1]
+            best_before = np.concatenate([[-np.inf], np.maximum.accumulate(second)[:-1]])
+            keep[rows[order[order2[second > best_before]]]] = True
+            continue
+        dominated = np.zeros(len(rows), dtype=bool)
+        for start in range(0, len(rows), block):
+            stop = min(start + block, len(rows))
+            ge = (c[None, :, :] >= c[start:stop, None, :]).all(axis=2)   # [i, j]: j >= i
+            earlier = np.arange(len(rows))[None, :] < np.arange(start, stop)[:, None]
+            dominated[start:stop] = (ge & earlier).any(axis=1)
+        keep[rows[order[~dominated]]] = True
+    return np.flatnonzero(keep)
+
+
+def _cheaper_elsewhere(rows: pd.DataFrame, capacity: pd.DataFrame, limited_gpus: set, block: int = 256) -> np.ndarray:
+    """Rows some other row beats on price and on every capacity, across GPU types.
+
+    Only GPU types without an inventory limit compete this way (with a limit, a costlier
+    candidate of another type may be needed); j is dropped when some i costs no more per
+    replica and carries at least as much of every workload (ties: the first id stays).
+    Replacing j's replicas by i's keeps loads, budget, N+1 and distinct-config limits.
+    """
+    free = ~rows["gpu"].isin(limited_gpus).to_numpy()
+    cap = capacity.to_numpy(float)
+    price = rows["usd_per_replica_hour"].to_numpy(float)
+    dims = np.column_stack([cap, -price])
+    idx = np.flatnonzero(free)
+    order = idx[np.lexsort((idx, price[idx], -cap[idx].sum(axis=1)))]
+    d = dims[order]
+    dropped = np.zeros(len(rows), dtype=bool)
+    for start in range(0, len(order), block):
+        stop = min(start + block, len(order))
+        ge = (d[None, :, :] >= d[start:stop, None, :]).all(axis=2)
+        earlier = np.arange(len(order))[None, :] < np.arange(start, stop)[:, None]
+        dropped[order[start:stop]] = (ge & earlier).any(axis=1)
+    return dropped
+
+

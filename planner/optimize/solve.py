@@ -92,17 +92,17 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> S
     Phase 1 minimizes ``M * cost + sum_j w_j * replicas_j`` with parallel workers,
     M larger than the second term, so cost comes first (cost alone when that objective
     could overflow). When it is proven optimal, phase 2 (:func:`canonical_solution`)
-    bounds cost (and the rank term) by the optimum and breaks the remaining ties
+    bounds cost (and the weighted-replica term) by the optimum and breaks the remaining ties
     lexicographically, which makes the returned plan unique, hence identical across
     runs and worker counts. With a non-zero gap limit the status is at best
     ``feasible`` unless the gap closed.
     """
     start = time.perf_counter()
     weight = tie_break_weight(built)
-    model = built.model
-    if weight is not None:          # one solve: cost first, rank tie-break second
-        model = built.model.clone()
+    model = built.model.clone()
+    if weight is not None:          # one solve: cost first, weighted-replica tie-break second
         model.minimize(weight * built.cost_expr + built.tie_break_expr)
+    _add_greedy_hint(model, built)
     solver = new_solver(options, options.time_limit_s)
     code = solver.solve(model)
     status = _STATUS.get(code, SolveStatus.UNKNOWN)
@@ -110,7 +110,8 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> S
               "random_seed": options.random_seed, "relative_gap_limit": options.relative_gap_limit,
               "objective_sense": OBJECTIVE_SENSE, "tie_break": TIE_BREAK_RULE,
               "prove_unique_plan": options.prove_unique_plan, "combined_objective_weight": weight,
-              "proven_unique": False, "num_solves": 1}
+              "proven_unique": False, "num_solves": 1,
+              "wall_time_s": {"cost": time.perf_counter() - start}}
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         return SolveResult(status, None, None, None, time.perf_counter() - start, params, built.scales)
     y = np.asarray(solver.values(built.replicas), dtype=np.int64)
@@ -126,7 +127,6 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> S
     gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
     if status == SolveStatus.OPTIMAL and gap > 0:
         status = SolveStatus.FEASIBLE      # optimal only within the gap limit
-    params["wall_time_s"] = {"cost": time.perf_counter() - start}
     if status == SolveStatus.OPTIMAL:
         tie_units = None if weight is None else int(built.tie_break_weights.to_numpy() @ y)
         y, x, report = canonical_solution(built, options, cost_units, tie_units, solver)
@@ -140,6 +140,36 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> S
     objective = math.fsum(price * y)
     return SolveResult(status, objective, bound_units / COST_UNITS_PER_USD, gap,
                        time.perf_counter() - start, params, built.scales, replicas, traffic)
+
+
+def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
+    """Hint: each workload wholly on its cheapest candidate per request, replicas rounded up.
+
+    It ignores inventory, budget and distinct-config limits; CP-SAT repairs or drops it.
+    """
+    if not len(built.traffic):
+        return
+    pairs = built.traffic.index
+    ids = pairs.get_level_values("candidate_id")
+    price = built.price_units.loc[ids].to_numpy(float)
+    per_unit = price * built.load_coef.to_numpy() / built.load_units_per_replica.loc[ids].to_numpy()
+    chosen = pd.Series(per_unit, index=pairs).groupby(level="workload").idxmin()
+    x = pd.Series(0, index=pairs, dtype=np.int64)
+    for workload, pair in chosen.items():
+        x[pair] = int(built.traffic_units[workload])
+    load = (built.load_coef * x).groupby(level="candidate_id").sum()
+    load = load.reindex(built.replicas.index, fill_value=0)
+    units = built.load_units_per_replica.to_numpy()
+    spare = np.zeros(len(units), dtype=np.int64)
+    serving = x[x > 0].index
+    for cid, workload in serving:
+        if cid in built.spare.index and workload in built.instance.redundancy_workloads:
+            spare[built.replicas.index.get_loc(cid)] = 1
+    y = -(-load.to_numpy() // units) + spare
+    for series, values in ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
+                           (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)])):
+        for var, value in zip(series, values):
+            model.add_hint(var, int(value))
 
 
 def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
@@ -179,7 +209,8 @@ def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
     dep = pd.DataFrame({"candidate_id": y.index.to_numpy(), "gpu": rows["gpu"].to_numpy(),
                         "gpus_per_replica": gpr, "replicas": y.to_numpy(np.int64),
                         "gpus": y.to_numpy(np.int64) * gpr, "usd_per_hour": y.to_numpy() * price,
-                        "load_fraction": load_by_id.reindex(y.index, fill_value=0.0).to_numpy() / y.to_numpy()})
+                        "load_fraction": load_by_id.reindex(y.index, fill_value=0.0).to_numpy()
+                        / y.to_numpy()})
     others = rows.drop(columns=["gpu", "gpus_per_replica"]).reset_index(drop=True)
     dep = pd.concat([dep, others], axis=1)
     dep.attrs["name"] = "deployments"

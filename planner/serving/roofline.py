@@ -138,30 +138,66 @@ def prefill_flops_per_token(c: ConfigArrays, prompt_tokens) -> np.ndarray:
     return 2.0 * c.params_active + 2.0 * c.n_layers * c.hidden_size * np.asarray(prompt_tokens, dtype=float)
 
 
+class StepModel:
+    """Continuous-batching iteration times of fixed configurations, for many (n, t) queries.
+
+    Everything that does not depend on the decode batch n or the prefill chunk t is
+    computed once; :meth:`time` then costs a few array operations. This is the one
+    implementation of the mixed step (:func:`mixed_step_time_s` wraps it).
+
+    Notes
+    -----
+    The chunk's ``t`` prompt tokens share the step's weight read with the ``n`` decodes
+    (chunked prefill, Sarathi-Serve). Per GPU, with rows m = (n + t)/S per micro-batch:
+    bytes = M_w_read(m)/(N S) + (n/S) c M_KV f_kv; FLOPs = n (2 P_act + 4 L d c)
+    + t (2 P_act + 2 L d p); time = S max(bytes/(beta eta_m), FLOPs/(N S pi eta_c))
+    + TP all-reduces over m rows + PP hops + step overhead.
+    """
+
+    def __init__(self, c: ConfigArrays, p: ServingParams, context_tokens=None):
+        ctx = c.context_tokens if context_tokens is None else np.asarray(context_tokens, dtype=float)
+        nS = c.tp * c.pp
+        expert = c.routed_expert_params * c.weight_bytes_per_param
+        self.pp = c.pp
+        self.dense_bytes = (weights_bytes(c) - expert) / nS
+        self.expert_bytes = expert / nS
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.miss = np.where(c.num_experts > 0, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
+        self.kv_bytes_per_decoder = kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c) / c.pp
+        self.mem_s_per_byte = c.pp / (c.bandwidth_bytes_per_s * p.memory_efficiency)
+        self.decode_flops = decode_flops_per_token(c, ctx)
+        self.prefill_flops_base = 2.0 * c.params_active
+        self.prefill_flops_per_prompt_token = 2.0 * c.n_layers * c.hidden_size
+        self.comp_s_per_flop = 1.0 / (nS * c.peak_flops_per_s * p.compute_efficiency)
+        one, zero = tp_comm_time_s(c, p, 1.0), tp_comm_time_s(c, p, 0.0)
+        with np.errstate(invalid="ignore"):
+            self.comm_per_row = np.where(np.isfinite(one), one - zero, np.inf)  # no link: inf
+        self.comm_fixed = zero
+        self.hop_per_row = pp_hop_time_s(c, p, 1.0) - pp_hop_time_s(c, p, 0.0)
+        self.fixed = pp_hop_time_s(c, p, 0.0) + p.step_overhead_s + self.comm_fixed
+        self.prompt_tokens = c.prompt_tokens
+
+    def time(self, decode_batch, prefill_tokens=0.0, prompt_tokens=None) -> np.ndarray:
+        """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
+        prompt tokens from prompts of length ``prompt_tokens`` (default: the configured)."""
+        n = np.asarray(decode_batch, dtype=float)
+        t = np.asarray(prefill_tokens, dtype=float)
+        pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
+        rows = (n + t) / self.pp
+        read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) + n * self.kv_bytes_per_decoder
+        t_mem = read * self.mem_s_per_byte
+        t_comp = (n * self.decode_flops + t * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
+                  ) * self.comp_s_per_flop
+        return np.maximum(t_mem, t_comp) + self.comm_per_row * rows + self.hop_per_row * rows + self.fixed
+
+
 def mixed_step_time_s(c: ConfigArrays, p: ServingParams, decode_batch, prefill_tokens,
                       context_tokens=None, prompt_tokens=None) -> np.ndarray:
     """One continuous-batching iteration: ``decode_batch`` decodes plus a prefill chunk.
 
-    Notes
-    -----
-    The chunk's ``prefill_tokens`` share the step's weight read with the decodes
-    (chunked prefill, Sarathi-Serve): bytes = M_w_read(n + t)/(N S) + n c M_KV f_kv,
-    FLOPs = n (2 P_act + 4 L d c) + t (2 P_act + 2 L d p); time = S * max(t_mem, t_comp)
-    + all-reduces over n + t rows + PP hops + step overhead. With ``prefill_tokens = 0``
-    this equals :func:`decode_times`' TPOT; with ``decode_batch = 0``, a whole prompt and
-    S = 1 it equals :func:`prefill_time_s` (plus the step overhead). With S > 1 the rows are
+    See :class:`StepModel` for the equations. With ``prefill_tokens = 0`` this equals
+    :func:`decode_times`' TPOT; with ``decode_batch = 0``, a whole prompt and S = 1 it
+    equals :func:`prefill_time_s` (plus the step overhead). With S > 1 the rows are
     split into S micro-batches that pipeline through the stages, as in decode.
     """
-    n = np.asarray(decode_batch, dtype=float)
-    t = np.asarray(prefill_tokens, dtype=float)
-    ctx = c.context_tokens if context_tokens is None else np.asarray(context_tokens, dtype=float)
-    pt = c.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
-    nS = c.tp * c.pp
-    rows = (n + t) / c.pp
-    gpu_bytes = (weight_read_bytes(c, rows) / nS
-                 + n / c.pp * kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c))
-    flops = n * decode_flops_per_token(c, ctx) + t * prefill_flops_per_token(c, pt)
-    t_mem = c.pp * gpu_bytes / (c.bandwidth_bytes_per_s * p.memory_efficiency)
-    t_comp = flops / (nS * c.peak_flops_per_s * p.compute_efficiency)
-    comm = tp_comm_time_s(c, p, rows)
-    return np.maximum(t_mem, t_comp) + comm + pp_hop_time_s(c, p, rows) + p.step_overhead_s
+    return StepModel(c, p, context_tokens).time(decode_batch, prefill_tokens, prompt_tokens)

@@ -46,3 +46,23 @@ def test_tie_instance_really_has_ties():
     others = k_best(inst, 4, FAST)         # several deployed sets reach the same cost
     assert [r.objective_usd_per_hour for r, _ in others] == pytest.approx([10.0] * 4)
     assert result.solver_params["proven_unique"]
+
+
+@pytest.mark.parametrize("make", [tie_instance, melange_instance, lambda: random_instance(9, limits=False)])
+def test_weighted_tie_break_alone_gives_the_proven_plan(make):
+    inst = make()
+    proven_result, proven = solve(inst, FAST)
+    fast_result, fast = solve(inst, SolverOptions(time_limit_s=20.0, prove_unique_plan=False))
+    assert proven_result.solver_params["proven_unique"]
+    assert not fast_result.solver_params["proven_unique"]
+    _same(proven, fast)
+
+
+def test_two_phase_path_when_the_combined_objective_could_overflow(monkeypatch):
+    inst = tie_instance()
+    _, combined = solve(inst, FAST)
+    monkeypatch.setattr("planner.optimize.tiebreak.COMBINED_OBJECTIVE_LIMIT", 0)
+    result, two_phase = solve(inst, FAST)
+    assert result.solver_params["combined_objective_weight"] is None
+    assert result.solver_params["proven_unique"] and result.status == SolveStatus.OPTIMAL
+    _same(combined, two_phase)

@@ -81,6 +81,7 @@ def test_candidate_ids_need_not_be_sorted_and_extra_columns_pass_through():
     cands = inst.candidates.iloc[::-1].assign(note=["x", "y"])
     result, plan = solve(PlanningInstance(cands, inst.capacity_per_s, inst.rate_per_s), FAST)
     assert list(plan.deployments["candidate_id"]) == sorted(plan.deployments["candidate_id"])
-    assert dict(zip(plan.deployments["candidate_id"], plan.deployments["note"])) == {"a100-x1": "x", "a10g-x1": "y"}
+    notes = dict(zip(plan.deployments["candidate_id"], plan.deployments["note"]))
+    assert notes == {"a100-x1": "x", "a10g-x1": "y"}
     assert isinstance(plan.routing, pd.DataFrame) and list(plan.routing.columns) == [
         "candidate_id", "workload", "rate_per_s"]

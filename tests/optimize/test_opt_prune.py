@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 from opt_helpers import FAST
 
-from planner.optimize import PlanningInstance, SolveStatus, build_model, prune_dominated, read_plan, run_solver
+from planner.optimize import (PlanningInstance, SolveStatus, build_model, prune_dominated, read_plan,
+                              run_solver)
 from planner.optimize.prune import NO_CAPACITY
 
 

@@ -1,0 +1,188 @@
+"""The ``planner budget`` command and the budget proposal's Markdown, CSV and XLSX renderings."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+
+import pandas as pd
+
+#: Files of ``planner budget --out DIR`` besides ``run.json``.
+BUDGET_CSV = {"budget_periods.csv": "periods", "budget_actions.csv": "actions",
+              "budget_options.csv": "options", "budget_breakeven.csv": "breakeven",
+              "budget_sensitivity.csv": "sensitivity", "budget_assumptions.csv": "assumptions"}
+SHEETS = {"Options": "options", "Periods": "periods", "Actions": "actions", "BreakEven": "breakeven",
+          "Sensitivity": "sensitivity", "Assumptions": "assumptions"}
+
+
+def add_budget_parser(subparsers) -> argparse.ArgumentParser:
+    """Register ``planner budget PROBLEM.yaml [--out DIR] [--json]``."""
+    p = subparsers.add_parser("budget", help="budget proposal: plan per quarter under growth, rent vs buy")
+    p.add_argument("problem", help="problem YAML with a procurement: section")
+    p.add_argument("--out", help="directory for budget.md, the CSVs and budget.xlsx")
+    p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
+    p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
+    p.set_defaults(func=cmd_budget)
+    return p
+
+
+def _usd(v) -> str:
+    return "-" if v is None or pd.isna(v) else f"{v:,.0f}"
+
+
+def _cell(v) -> str:
+    if v is None or (isinstance(v, float) and pd.isna(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v).replace("|", "\\|")
+
+
+def _table(frame: pd.DataFrame, usd_cols=()) -> list[str]:
+    from planner.outputs.report import plain
+
+    lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+    for _, row in frame.iterrows():
+        lines.append("| " + " | ".join(_usd(row[c]) if c in usd_cols else plain(_cell(row[c]))
+                                       for c in frame.columns) + " |")
+    return lines
+
+
+def budget_markdown(result) -> str:
+    """The proposal for procurement: totals first, then when to buy or rent, then why."""
+    spec, problem = result.spec, result.problem
+    opts = result.options.sort_values(["rank", "option"])
+    md = [f"# Budget proposal: {problem.name}", "",
+          f"Horizon {spec.horizon_months} months in periods of {spec.period_months} months; traffic "
+          f"grows {spec.growth_per_month_fraction:.1%} per month (each period is sized for its peak). "
+          f"Status: **{result.status}**." + (f" Cheapest option: **{result.best_option}**." if result.best_option
+                                             else ""), "",
+          "## Total cost of each option over the horizon (USD)", "",
+          ("`cost_usd` is the cost attributable to the horizon (rent paid; for buying: depreciation inside "
+           "the horizon + power + hosting); `cash_usd` is the money paid inside it; "
+           "`committed_after_horizon_usd` is reserved capacity still owed after it."), ""]
+    md += _table(opts[["rank", "option", "kind", "cost_usd", "cash_usd", "capex_usd", "power_usd", "hosting_usd",
+                       "committed_after_horizon_usd", "residual_value_usd", "usd_per_gpu_hour_paid", "missing"]],
+                 usd_cols=USD_COLS)
+    md += ["", "## Plan of each period", ""]
+    md += _table(result.periods, usd_cols=())
+    md += ["", "## What to buy or rent, and when", "",
+           "GPUs added (or released) at the start of each period, per option.", ""]
+    md += _table(result.actions) if not result.actions.empty else ["(nothing to procure)"]
+    md += ["", "## Break-even utilization of buying vs renting", "",
+           ("Owning costs `own_usd_per_gpu_hour` every hour; at utilization u it costs own/u per hour used, so "
+            "buying beats a pay-per-use price above `breakeven_utilization` = own / price (above 1: never). "
+            "Reserved hours are paid used or not: buying is cheaper when own < reserved price."), ""]
+    md += _table(result.breakeven)
+    md += ["", "## Sensitivity (total cost_usd per option)", ""]
+    usd = [c for c in result.sensitivity.columns if c in set(result.options["option"])]
+    md += _table(result.sensitivity, usd_cols=usd)
+    md += ["", "## Assumptions", ""]
+    md += _table(result.assumptions)
+    return "\n".join(md) + "\n"
+
+
+USD_COLS = ("cost_usd", "cash_usd", "capex_usd", "power_usd", "hosting_usd",
+            "committed_after_horizon_usd", "residual_value_usd")
+
+
+def _excel_value(v):
+    if v is None or (not isinstance(v, (str, bool)) and pd.isna(v)):
+        return None
+    return v.item() if hasattr(v, "item") else v
+
+
+def budget_xlsx(result) -> bytes:
+    """The workbook: one sheet per table (Options first), same numbers as the Markdown."""
+    from openpyxl import Workbook
+    from openpyxl.styles import Font
+
+    wb = Workbook()
+    wb.remove(wb.active)
+    for sheet, attr in SHEETS.items():
+        frame = getattr(result, attr)
+        ws = wb.create_sheet(sheet)
+        ws.append(list(frame.columns))
+        for cell in ws[1]:
+            cell.font = Font(bold=True)
+        for row in frame.itertuples(index=False):
+            ws.append([_excel_value(v) for v in row])
+        for col in ws.columns:
+            width = max(len(str(c.value)) if c.value is not None else 0 for c in col)
+            ws.column_dimensions[col[0].column_letter].width = min(max(10, width + 2), 60)
+        if sheet == "Options":
+            for row in ws.iter_rows(min_row=2):
+                for c in row:
+                    if ws.cell(1, c.column).value in USD_COLS:
+                        c.number_format = "#,##0"
+    wb.properties.creator = "llm-deployment-planner"
+    buf = io.BytesIO()
+    wb.save(buf)
+    return _deterministic_zip(buf.getvalue())
+
+
+#: Timestamp written into the workbook (zip entries and document properties) so that the
+#: same input gives the same bytes; openpyxl would write the time of saving.
+FIXED_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+FIXED_DOC_TIME = "1980-01-01T00:00:00Z"
+
+
+def _deterministic_zip(data: bytes) -> bytes:
+    """Rewrite an XLSX (zip) with fixed entry times and fixed created/modified properties."""
+    import re
+    import zipfile
+
+    src = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            body = src.read(info.filename)
+            if info.filename == "docProps/core.xml":
+                body = re.sub(rb"(<dcterms:(created|modified)[^>]*>)[^<]*(</dcterms:)",
+                              rb"\g<1>" + FIXED_DOC_TIME.encode() + rb"\g<3>", body)
+            dst.writestr(zipfile.ZipInfo(info.filename, date_time=FIXED_ZIP_TIME), body,
+                         compress_type=zipfile.ZIP_DEFLATED)
+    return out.getvalue()
+
+
+def budget_document(result) -> dict:
+    """The ``--json`` document."""
+    def records(frame):
+        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+
+    return {"problem": result.problem.name, "status": result.status, "best_option": result.best_option,
+            "procurement": result.spec.model_dump(),
+            **{attr: records(getattr(result, attr)) for attr in SHEETS.values()}}
+
+
+def budget_files(result) -> dict[str, bytes | str]:
+    files: dict[str, bytes | str] = {"budget.md": budget_markdown(result), "budget.xlsx": budget_xlsx(result)}
+    files.update({name: getattr(result, attr).to_csv(index=False) for name, attr in BUDGET_CSV.items()})
+    return files
+
+
+def cmd_budget(args) -> int:
+    """Run ``planner budget``; exit 0, or 3 when some period has no plan."""
+    from planner import jsonio
+    from planner.catalog import load_catalog
+    from planner.outputs.writer import check_out_dir, file_sha256, write_files
+    from planner.problem import load_problem
+    from planner.procurement import budget, parse_procurement
+
+    problem = load_problem(args.problem, load_catalog(getattr(args, "catalog_dir", None)))
+    spec = parse_procurement(problem)
+    if args.out:
+        check_out_dir(args.out)
+    result = budget(problem, spec, time_limit_s=args.time_limit,
+                    progress=lambda line: print(f"budget: {line}", file=sys.stderr))
+    if args.out:
+        record = {"command": "budget", "problem": problem.name,
+                  "input": {"path": problem.path, "sha256": file_sha256(problem.path)},
+                  "catalog_versions": dict(sorted(problem.catalog.versions.items())), "status": result.status}
+        write_files(args.out, budget_files(result), record)
+        print(f"wrote {args.out}", file=sys.stderr)
+    print(jsonio.dumps(budget_document(result)) if args.json else budget_markdown(result).rstrip("\n"))
+    return 0 if result.status == "ok" else 3
