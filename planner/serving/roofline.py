@@ -60,6 +60,16 @@ def pp_hop_time_s(c: ConfigArrays, p: ServingParams, tokens) -> np.ndarray:
     return (c.pp - 1.0) * (transfer + p.pipeline_hop_latency_s)
 
 
+def micro_batch(batch, stages) -> np.ndarray:
+    """Sequences per micro-batch when ``batch`` sequences cycle through ``stages`` stages.
+
+    b/S, but at least one sequence while any is present: with fewer sequences than stages
+    each micro-batch holds one sequence (and some stages idle).
+    """
+    b = np.asarray(batch, dtype=float)
+    return np.maximum(b / stages, np.minimum(b, 1.0))
+
+
 def decode_flops_per_token(c: ConfigArrays, context_tokens=None) -> np.ndarray:
     """2 P_act + 4 L d c [FLOP]: weights plus attention over the context."""
     ctx = c.context_tokens if context_tokens is None else context_tokens
@@ -85,7 +95,7 @@ def decode_times(c: ConfigArrays, p: ServingParams, batch=None, context_tokens=N
     """
     b = c.batch if batch is None else np.asarray(batch, dtype=float)
     ctx = c.context_tokens if context_tokens is None else np.asarray(context_tokens, dtype=float)
-    micro = b / c.pp
+    micro = micro_batch(b, c.pp)
     nS = c.tp * c.pp
     gpu_bytes = weight_read_bytes(c, micro) / nS + micro * kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c)
     flops = micro * decode_flops_per_token(c, ctx)
@@ -183,11 +193,13 @@ class StepModel:
         n = np.asarray(decode_batch, dtype=float)
         t = np.asarray(prefill_tokens, dtype=float)
         pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
-        rows = (n + t) / self.pp
-        read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) + n * self.kv_bytes_per_decoder
+        rows = micro_batch(n + t, self.pp)
+        read = (self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows)
+                + micro_batch(n, self.pp) * self.pp * self.kv_bytes_per_decoder)
         t_mem = read * self.mem_s_per_byte
-        t_comp = (n * self.decode_flops + t * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
-                  ) * self.comp_s_per_flop
+        t_comp = (micro_batch(n, self.pp) * self.decode_flops
+                  + micro_batch(t, self.pp) * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
+                  ) * self.pp * self.comp_s_per_flop
         return np.maximum(t_mem, t_comp) + self.comm_per_row * rows + self.hop_per_row * rows + self.fixed
 
 
