@@ -49,6 +49,16 @@ def _catalog(args):
     return load_catalog(getattr(args, "catalog_dir", None))
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got '{text}'") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
+    return value
+
+
 def _serving_params(args):
     from planner.serving.params import ServingParams
 
@@ -184,8 +194,8 @@ def _add_config_args(p, gpu_required=True) -> None:
 
 
 def _add_efficiency_args(p) -> None:
-    p.add_argument("--mem-eff", type=float, help="memory-bandwidth efficiency eta_m (default 0.8)")
-    p.add_argument("--compute-eff", type=float, help="compute efficiency eta_c (default 0.6)")
+    p.add_argument("--mem-eff", type=_fraction, help="memory-bandwidth efficiency eta_m in (0, 1] (default 0.8)")
+    p.add_argument("--compute-eff", type=_fraction, help="compute efficiency eta_c in (0, 1] (default 0.6)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -72,7 +72,8 @@ def diagnose(problem: Problem, candidates: pd.DataFrame, instance, options) -> l
         mine = candidates[candidates["model"] == w.model] if "model" in candidates else candidates
         reasons = mine["infeasible_reason"].value_counts()
         summary = ", ".join(f"{r}: {n}" for r, n in reasons.items() if r)
-        findings.append(_finding("candidates", f"no candidate serves workload '{w.name}' ({summary})"))
+        detail = f" (rejected: {summary})" if summary else " (no candidate has capacity for it)"
+        findings.append(_finding("candidates", f"no candidate serves workload '{w.name}'{detail}"))
         if problem.measured:
             continue
         relax = _slo_relaxation(problem, candidates, i)

@@ -121,6 +121,13 @@ class SearchSpace(Strict):
     gpus: tuple[str, ...] | None = None
     quantization: tuple[str, ...] | None = None
     kv_cache_dtype: tuple[str, ...] | None = None
+
+    @field_validator("gpus", "quantization", "kv_cache_dtype")
+    @classmethod
+    def _non_empty(cls, v):
+        if v is not None and not v:
+            raise ValueError("must list at least one id (omit the key to search the whole catalog)")
+        return v
     tp: tuple[int, ...] = DEFAULT_TP
     pp: tuple[int, ...] = DEFAULT_PP
     max_batch: tuple[int, ...] = DEFAULT_MAX_BATCH
@@ -188,6 +195,18 @@ class ProblemSpec(Strict):
     optimize: OptimizeOptions = OptimizeOptions()
     serving: ServingOverrides = ServingOverrides()
     procurement: dict | None = None
+
+    @field_validator("capacity_table")
+    @classmethod
+    def _unique_rows(cls, v):
+        if v is not None:
+            names = [row.name for row in v]
+            dups = sorted({n for n in names if names.count(n) > 1})
+            if dups:
+                raise ValueError(f"duplicate row names: {', '.join(dups)}")
+            if not v:
+                raise ValueError("must have at least one row")
+        return v
 
     @field_validator("workloads")
     @classmethod
@@ -304,6 +323,12 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
             if w.model.endswith(".json"):
                 m = check(catalog.model, str((base / w.model) if not Path(w.model).is_absolute() else w.model), f"{where}.model")
                 if m is not None:
+                    taken = imported.get(m.id)
+                    if m.id in catalog.models.entries or m.id in catalog.models.aliases or (
+                            taken is not None and taken.hf_config != m.hf_config):
+                        from planner.hf_import import model_from_hf_config
+
+                        m = model_from_hf_config(m.hf_config, model_id=f"{m.id}-{w.name}")
                     imported[m.id] = m
             else:
                 m = check(catalog.model, w.model, f"{where}.model")
@@ -319,6 +344,12 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
             for key, dist in (("prompt_tokens", prompt), ("output_tokens", output)):
                 if dist is None:
                     problems.append(f"{where}.{key}: required key is missing (or give trace_csv)")
+            if model_id is not None and prompt is not None and output is not None:
+                spec_m = imported.get(model_id) or catalog.model(model_id)
+                if prompt.mean + output.mean > spec_m.max_context_tokens:
+                    problems.append(f"{where}.prompt_tokens: mean prompt + mean output = "
+                                    f"{prompt.mean + output.mean:.0f} tokens exceeds {model_id}'s context "
+                                    f"of {spec_m.max_context_tokens} tokens")
             if w.slo is None:
                 problems.append(f"{where}.slo: required key is missing")
         rate = w.rate_per_s

@@ -166,6 +166,10 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
             model.add(load <= units * y).with_name(f"load[{cid}]")
         model.add(y <= int(upper[j]) * use[cid]).with_name(f"use_link[{cid}]")
         model.add(y >= use[cid]).with_name(f"use_floor[{cid}]")
+        # A deployed candidate carries traffic: no idle deployments (never optimal; this
+        # keeps the k-best alternatives meaningful).
+        model.add(cp_model.LinearExpr.sum([traffic.iloc[i] for i in mine]) >= use[cid]).with_name(
+            f"use_serves[{cid}]")
     for gpu, count in sorted(instance.inventory_gpus.items()):
         mask = (cands["gpu"] == gpu).to_numpy()
         if mask.any():

@@ -1,25 +1,26 @@
 """p95 TTFT and TPOT of one continuous-batching replica under Poisson load, and capacity at SLO.
 
-Analytic and vectorized (DESIGN section 5). The state of a replica is parametrized by its
+Analytic and vectorized (DESIGN section 5); checked against the discrete-event simulator
+by ``benchmarks/bench_queueing_vs_sim.py``. The state of a replica is parametrized by its
 mean decode occupancy n (sequences decoding); everything else is explicit in n:
 
-* step kinds: decode-only steps s_d(n) and mixed steps s_m(n) that also carry a prefill
-  chunk of t tokens (chunked prefill), both from :func:`mixed_step_time_s`;
-* a request's prefill takes k = max(1, E[P]/C + 1/2) mixed steps of t = E[P]/k tokens;
-* per decode step the fraction of mixed steps is f = n k / (E[O] - 1), so the mean step
-  interval is tau(n) = s_d(n) + f (s_m(n) - s_d(n)) and the rate is, by Little's law,
-  lambda(n) = n / ((E[O] - 1) tau(n)), increasing in n;
+* iteration times from :class:`planner.serving.roofline.StepModel` at the length-biased
+  decode context E[P] + E[O](1 + cv_O^2)/2: decode-only steps s_d(n), and the prefill of
+  one request per prompt stratum (full chunks of C tokens, then the remainder, each
+  iteration also advancing the n decodes); ``extra`` = its time beyond plain decode steps;
+* Little's law: tau(n) = s_d(n) + n extra / (E[O] - 1) is the mean step interval and
+  lambda(n) = n / ((E[O] - 1) tau(n));
 * self-excitation: each arrival lengthens the lives of the requests decoding (its
-  prefill step, and one more decoder for about half of their remaining life), with a
-  branching ratio phi = lambda (k Delta + b (E[O] - 1)/2), b = ds_d/dn; occupancy and
-  arrival counts have 1/(1 - phi)^2 times their Poisson variance;
-* TPOT p95: mean step interval seen by a request (length-biased occupancy) plus z times
-  the spread of its TPOT: arrivals during its life add k Delta / (O - 1) each (variance
-  weighted by E[1/(O - 1)], short outputs spread most) and b/2 each through occupancy,
-  plus the occupancy it starts with;
-* TTFT p95: prefill queue (M/G/1, Pollaczek-Khinchine, exponential tail) + wait for a
-  free slot (M/M/c, Halfin-Whitt approximation of Erlang C, exponential tail) + prefill
-  service of the p95 prompt + the step in progress.
+  prefill, and one more decoder for about half their remaining life), branching ratio
+  phi = lambda (extra + b (E[O] - 1)/2), b = ds_d/dn; occupancy and arrival counts have
+  1/(1 - phi)^2 times their Poisson variance, and requests see n + 1/(1 - phi)^2 decoders;
+* TPOT p95: tau plus the p95 of a mixture over output strata of normal spreads: arrivals
+  during a life (compound Poisson, inflated) add their prefill time over the O - 1 tokens
+  and b/2 through occupancy; plus the occupancy the request starts with;
+* TTFT p95: residual of the iteration in progress + prefill queue ahead (M/G/1,
+  Pollaczek-Khinchine mean, exponential tail) + wait for a slot (Halfin-Whitt, inflated
+  variance), correlated with QUEUE_CORRELATION; combined in quadrature with the own
+  prefill time (the p95 prompt's).
 
 Capacity at SLO is lambda(n*) for the largest n* <= min(max batch, KV capacity) meeting
 both p95 SLOs (bisection on n; both p95s increase with n).
@@ -28,6 +29,7 @@ both p95 SLOs (bisection on n; both p95s increase with n).
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import numpy as np
 
 from planner.serving.arrays import ConfigArrays
@@ -52,8 +54,7 @@ class TrafficArrays:
 
     Attributes
     ----------
-    prompt_mean_tokens, prompt_p95_tokens, prompt_cv2 : prompt mean, 95th percentile and
-        squared coefficient of variation.
+    prompt_mean_tokens, prompt_p95_tokens : prompt mean and 95th percentile.
     prompt_strata_tokens, prompt_strata_attention_tokens : tuples of arrays, the mean
         prompt of each of ``PROMPT_STRATA`` equal-probability strata and its E[P^2]/E[P]
         (prefill cost is convex in P: the strata carry the spread into the mean).
@@ -67,7 +68,6 @@ class TrafficArrays:
 
     prompt_mean_tokens: np.ndarray
     prompt_p95_tokens: np.ndarray
-    prompt_cv2: np.ndarray
     prompt_strata_tokens: tuple
     prompt_strata_attention_tokens: tuple
     prompt_strata_var: tuple
@@ -89,10 +89,11 @@ class TrafficArrays:
         sp = np.sort(prompt.sample(rng, cls.MOMENT_SAMPLES).astype(float))
         so = output.sample(rng, cls.MOMENT_SAMPLES).astype(float)
         long = np.sort(so[so > 1])
-        long = long if long.size else np.array([2.0])
+        long = long if long.size else np.array([2.0])      # outputs of 1 token have no TPOT
+        long = np.resize(long, max(long.size, cls.OUTPUT_STRATA))
         strata = np.array_split(sp, cls.PROMPT_STRATA)
         f = lambda x: np.asarray(float(x), float)  # noqa: E731
-        return cls(f(prompt.mean), f(prompt.quantile(P95)), f(sp.var() / sp.mean() ** 2),
+        return cls(f(prompt.mean), f(prompt.quantile(P95)),
                    tuple(f(s.mean()) for s in strata), tuple(f((s ** 2).mean() / s.mean()) for s in strata),
                    tuple(f(s.var()) for s in strata), f(output.mean), f(so.var() / so.mean() ** 2),
                    tuple(f(np.mean(1.0 / (s - 1.0))) for s in np.array_split(long, cls.OUTPUT_STRATA)),
@@ -261,9 +262,9 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
                     slo_tpot_p95_s, steps: int = CAPACITY_BISECTION_STEPS) -> dict:
     """Largest Poisson rate [1/s] one replica carries with both p95s within the SLOs.
 
-    Returns arrays: max_rate_per_s (0 where even a trickle misses an SLO), and the state
-    at that rate (ttft_p95_s, tpot_p95_s, occupancy), plus ``binding`` ("ttft", "tpot",
-    "slots" at capacity, "none" feasible nowhere -> see ``first_violation``).
+    Returns arrays: max_rate_per_s (0 where even a trickle misses an SLO), the state at
+    that rate (ttft_p95_s, tpot_p95_s, occupancy), and ``slo_violated_at_low_load``
+    ("ttft", "tpot" or "" per row: which SLO a trickle of load already misses).
     """
     n_max = _n_max(c, p)
     shape = np.broadcast_shapes(n_max.shape, np.shape(slo_ttft_p95_s), np.shape(slo_tpot_p95_s),
@@ -333,7 +334,7 @@ def saturation_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays,
 
 
 #: Points of an occupancy curve (see :func:`occupancy_curve`).
-CURVE_POINTS = 28
+CURVE_POINTS = 20
 
 
 def occupancy_curve(c: ConfigArrays, p: ServingParams, t: TrafficArrays, points: int = CURVE_POINTS) -> dict:
