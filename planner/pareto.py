@@ -7,8 +7,6 @@ is solved again: once over all GPU types (the mixed front) and once per GPU type
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
@@ -78,9 +76,6 @@ def targets(problem: Problem, feasible: pd.DataFrame, metric: str, points: int) 
 def _solve_point(instance, options, previous):
     """Solve one front point, reusing the next looser point's optimal plan when it still holds.
 
-    Front points skip the optimizer's uniqueness proof (a cost-then-weighted-replicas
-    objective still makes them deterministic unless two optima tie on both).
-
     Capacities only shrink as the target tightens, so the optimum cost can only rise; a
     looser optimum that stays feasible under the tighter capacities is therefore optimal.
     """
@@ -89,7 +84,7 @@ def _solve_point(instance, options, previous):
     if previous is not None and previous[1] is not None and previous[0] == str(SolveStatus.OPTIMAL):
         if not check_plan(instance, previous[1]):
             return previous
-    result, plan = solve(instance, replace(options, prove_unique_plan=False))
+    result, plan = solve(instance, options)
     return str(result.status), plan
 
 
