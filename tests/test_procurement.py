@@ -118,19 +118,15 @@ def test_buying_beats_renting_above_the_breakeven_utilization():
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     """``planner budget problems/procurement-example.yaml --out DIR --json`` (in process)."""
-    from planner import cli, cli_budget
+    from planner import cli
+
+    import contextlib
 
     out = tmp_path_factory.mktemp("budget") / "out"
-    cli._EXTRA_COMMANDS.append(cli_budget.add_budget_parser)
-    try:
-        import contextlib
-
-        stdout, stderr = io.StringIO(), io.StringIO()
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            code = cli.main(["budget", str(EXAMPLE), "--out", str(out), "--json"])
-        assert code == 0, stderr.getvalue()
-    finally:
-        cli._EXTRA_COMMANDS.remove(cli_budget.add_budget_parser)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main(["budget", str(EXAMPLE), "--out", str(out), "--json"])
+    assert code == 0, stderr.getvalue()
     return code, json.loads(stdout.getvalue()), out
 
 
@@ -196,9 +192,5 @@ def test_infeasible_period_exits_3_and_workbook_is_deterministic(tmp_path, capsy
     assert result.periods["status"].iloc[0] == "optimal" and (result.periods["status"] == "infeasible").any()
     assert result.options["missing"].str.startswith("no plan in period").all()
     assert cli_budget.budget_xlsx(result) == cli_budget.budget_xlsx(result)
-    cli._EXTRA_COMMANDS.append(cli_budget.add_budget_parser)
-    try:
-        assert cli.main(["budget", problem.path]) == 3
-    finally:
-        cli._EXTRA_COMMANDS.remove(cli_budget.add_budget_parser)
+    assert cli.main(["budget", problem.path]) == 3
     assert "Status: **infeasible**" in capsys.readouterr().out
