@@ -125,3 +125,16 @@ def test_adam_state_and_bubble():
                  "--pp", 4, "--micro-batches", 8)
     assert r["optimizer_state_bytes"] / 1e12 == approx(6.5)
     assert r["pipeline_bubble_fraction"] == pytest.approx(3 / 11, rel=1e-9)  # 27.3%
+
+
+def test_eval_json_has_every_design_key():
+    """DESIGN section 7: the keys of ``planner eval --json``."""
+    r = run_json("eval", "--model", "llama-3.1-70b", "--gpu", "h200-sxm", "--tp", 4, "--batch", 32,
+                 "--rate", 2, "--slo-ttft-p95", 1, "--slo-tpot-p95", 0.05)
+    keys = ["weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_seq",
+            "kv_budget_bytes_per_gpu", "max_concurrency", "fits", "arithmetic_intensity", "ridge_point",
+            "bound", "tpot_s", "prefill_s", "ttft_s", "throughput_tokens_per_s", "per_user_tokens_per_s",
+            "usd_per_million_tokens", "b_knee", "ttft_p95_s", "tpot_p95_s", "max_rate_per_s"]
+    assert [k for k in keys if k not in r] == []
+    assert r["bound"] in ("memory", "compute")
+    assert 0 < r["max_rate_per_s"] and r["ttft_p95_s"] >= r["prefill_s"]
