@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner import parameters
 from planner.catalog import Catalog
 from planner.configs import config_arrays
 from planner.schema import PlanningInputError
@@ -49,17 +50,22 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
                 users: int | None = None, prompt: int = 1024, output: int = 256,
                 context: float | None = None, price: float | None = None,
                 params: ServingParams | None = None, rate_per_s: float | None = None,
-                slo_ttft_p95_s: float | None = None, slo_tpot_p95_s: float | None = None) -> dict:
+                slo_ttft_p95_s: float | None = None, slo_tpot_p95_s: float | None = None,
+                calibration: str | None = "none", overrides: dict | None = None,
+                engine: str | None = None) -> dict:
     """Every quantity of the comprehensive playground for one configuration (SI units).
 
     With ``rate_per_s`` adds p95 TTFT/TPOT under Poisson load; with both SLOs adds the
-    capacity at SLO ``max_rate_per_s`` (see :func:`eval_under_load`).
+    capacity at SLO ``max_rate_per_s`` (see :func:`eval_under_load`). Parameters: ``params``
+    when given, else the ``calibration`` ('none', 'default' or a path) for this GPU with
+    ``overrides`` on top.
     """
     _check_positive(tp=tp, pp=pp, batch=batch, users=users, prompt=prompt, output=output, price=price)
     if context is not None and context < 0:
         raise PlanningInputError(f"--context: must be >= 0, got {context}")
-    params = params or ServingParams()
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    cal = parameters.load(calibration)
+    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id])
     users = batch if users is None else users
     b = min(users, batch)
     arrays, fallback = config_arrays(catalog, _frame(m, g, q, k, tp, pp, [b], prompt, output, context),
@@ -76,7 +82,8 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
         "math_fallback_to_bf16": bool(fallback[0]),
         "max_concurrency": int(out["max_concurrency"][0]) if np.isfinite(out["max_concurrency"][0]) else None,
         "usd_per_gpu_hour": price,
-        "parameters": params.as_dict(),
+        "parameters": parameters.scalars(params),
+        "parameters_used": parameters.describe(cal, overrides, engine),
     })
     if price is None:
         result.pop("usd_per_million_tokens", None)
@@ -105,13 +112,15 @@ def knee(catalog: Catalog, *, model: str, context: float, quant: str = "bf16",
 
 def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: list[int],
           tp: int = 1, pp: int = 1, quant: str = "bf16", kv_dtype: str = "bf16",
-          params: ServingParams | None = None) -> pd.DataFrame:
+          params: ServingParams | None = None, calibration: str | None = "none",
+          overrides: dict | None = None, engine: str | None = None) -> pd.DataFrame:
     """TPOT, throughput, per-user speed and bound per batch size at a fixed context."""
     if not batches:
         raise PlanningInputError("--batches: give at least one batch size")
     _check_positive(context=context, tp=tp, pp=pp, **{"batches": min(batches)})
-    params = params or ServingParams()
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    cal = parameters.load(calibration)
+    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id])
     frame = _frame(m, g, q, k, tp, pp, list(batches), context, 0, context)
     arrays, _ = config_arrays(catalog, frame, models={m.id: m})
     out = evaluate(arrays, params)
@@ -124,7 +133,8 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
         "fits": out["fits"],
         "arithmetic_intensity": out["arithmetic_intensity"],
     })
-    table.attrs.update({"model": m.id, "gpu": g.id, "context_tokens": context})
+    table.attrs.update({"model": m.id, "gpu": g.id, "context_tokens": context,
+                        "parameters_used": parameters.describe(cal, overrides, engine)})
     return table
 
 

@@ -59,13 +59,17 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _overrides(args) -> dict:
+    """Explicit serving-parameter flags (they win over a calibration)."""
+    values = {"memory_efficiency": getattr(args, "mem_eff", None),
+              "compute_efficiency": getattr(args, "compute_eff", None)}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def _serving_params(args):
     from planner.serving.params import ServingParams
 
-    return ServingParams().with_overrides(
-        memory_efficiency=getattr(args, "mem_eff", None),
-        compute_efficiency=getattr(args, "compute_eff", None),
-    )
+    return ServingParams().with_overrides(**_overrides(args))
 
 
 def _print_table(rows: list[tuple[str, object]]) -> None:
@@ -93,8 +97,8 @@ def cmd_eval(args) -> int:
         _catalog(args), model=args.model, gpu=args.gpu, tp=args.tp, pp=args.pp,
         quant=args.quant, kv_dtype=args.kv_dtype, batch=args.batch, users=args.users,
         prompt=args.prompt, output=args.output, context=args.context, price=args.price,
-        params=_serving_params(args), rate_per_s=args.rate, slo_ttft_p95_s=args.slo_ttft_p95,
-        slo_tpot_p95_s=args.slo_tpot_p95)
+        rate_per_s=args.rate, slo_ttft_p95_s=args.slo_ttft_p95, slo_tpot_p95_s=args.slo_tpot_p95,
+        calibration=args.calibration, overrides=_overrides(args), engine=args.engine)
     _emit(args, result)
     return EXIT_OK
 
@@ -112,7 +116,8 @@ def cmd_sweep(args) -> int:
 
     table = sweep(_catalog(args), model=args.model, gpu=args.gpu, context=args.context,
                   batches=args.batches, tp=args.tp, pp=args.pp, quant=args.quant,
-                  kv_dtype=args.kv_dtype, params=_serving_params(args))
+                  kv_dtype=args.kv_dtype, calibration=args.calibration, overrides=_overrides(args),
+                  engine=args.engine)
     if args.json:
         print(jsonio.dumps({**table.attrs, "rows": table.to_dict(orient="records")}))
     elif args.csv:
@@ -193,9 +198,14 @@ def _add_config_args(p, gpu_required=True) -> None:
     p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
 
 
-def _add_efficiency_args(p) -> None:
+def _add_efficiency_args(p, calibration: bool = False) -> None:
     p.add_argument("--mem-eff", type=_fraction, help="memory-bandwidth efficiency eta_m in (0, 1] (default 0.8)")
     p.add_argument("--compute-eff", type=_fraction, help="compute efficiency eta_c in (0, 1] (default 0.6)")
+    if calibration:
+        p.add_argument("--calibration", default="default",
+                       help="'default' (catalogs/calibration.yaml), 'none' (the seeds' constants) or a YAML "
+                            "path; --mem-eff/--compute-eff win over it")
+        p.add_argument("--engine", help="engine whose calibrated overheads apply (vllm, sglang, trtllm)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, help="Poisson request rate [1/s]: adds ttft_p95_s, tpot_p95_s")
     p.add_argument("--slo-ttft-p95", type=float, help="p95 TTFT SLO [s]: with --slo-tpot-p95 adds max_rate_per_s")
     p.add_argument("--slo-tpot-p95", type=float, help="p95 TPOT SLO [s]")
-    _add_efficiency_args(p)
+    _add_efficiency_args(p, calibration=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_eval)
 
@@ -231,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context", type=float, required=True, help="mean context tokens per sequence")
     p.add_argument("--batches", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated batch sizes")
-    _add_efficiency_args(p)
+    _add_efficiency_args(p, calibration=True)
     fmt = p.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true")
     fmt.add_argument("--csv", action="store_true")

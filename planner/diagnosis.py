@@ -37,7 +37,7 @@ def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> d
         return None
     arrays = workload_arrays(problem, rows, w)
     traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-    state = state_at_occupancy(arrays, serving_params(problem), traffic, 1e-6)
+    state = state_at_occupancy(arrays, serving_params(problem, rows), traffic, 1e-6)
     ttft, tpot = state["ttft_p95_s"], state["tpot_p95_s"]
     # The candidate that needs the least relaxation (relative to the SLOs).
     need = np.maximum(ttft / w.slo.ttft_p95_s, tpot / w.slo.tpot_p95_s)

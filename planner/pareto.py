@@ -25,12 +25,12 @@ TRICKLE_OCCUPANCY = 1e-6
 
 def _fastest_latency(problem: Problem, feasible: pd.DataFrame, metric: str) -> float:
     """The smallest target at which every workload still has some candidate."""
-    params = serving_params(problem)
     worst = 0.0
     for w in problem.workloads:
         rows = feasible[feasible["model"] == w.model]
         if rows.empty:
             continue
+        params = serving_params(problem, rows)
         arrays = workload_arrays(problem, rows, w)
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
         state = state_at_occupancy(arrays, params, traffic, TRICKLE_OCCUPANCY)
@@ -40,12 +40,12 @@ def _fastest_latency(problem: Problem, feasible: pd.DataFrame, metric: str) -> f
 
 def _curves(problem: Problem, feasible: pd.DataFrame) -> dict:
     """Occupancy curves of the feasible candidates per workload (computed once per sweep)."""
-    params = serving_params(problem)
     out = {}
     for w in problem.workloads:
         rows = feasible[feasible["model"] == w.model]
         if rows.empty:
             continue
+        params = serving_params(problem, rows)
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
         out[w.name] = (rows.index, occupancy_curve(workload_arrays(problem, rows, w), params, traffic))
     return out

@@ -128,7 +128,6 @@ def _predicted_latency(problem: Problem, candidates: pd.DataFrame, deployments: 
     """p95 TTFT/TPOT of each deployment at the rate routed to each of its replicas."""
     if problem.measured or routing.empty:
         return routing.assign(ttft_p95_s=np.nan, tpot_p95_s=np.nan)
-    params = serving_params(problem)
     replicas = deployments.set_index("candidate_id")["replicas"]
     out = []
     for w in problem.workloads:
@@ -137,6 +136,7 @@ def _predicted_latency(problem: Problem, candidates: pd.DataFrame, deployments: 
             continue
         rows = candidates.loc[part["candidate_id"]]
         arrays = workload_arrays(problem, rows, w)
+        params = serving_params(problem, rows)
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
         # Traffic of other workloads shares the replicas; the load seen is the total load.
         per_replica = part["rate_per_s"].to_numpy() / replicas.loc[part["candidate_id"]].to_numpy()

@@ -172,6 +172,10 @@ class OptimizeOptions(Strict):
 
 
 class ServingOverrides(Strict):
+    #: 'default' (catalogs/calibration.yaml), 'none' (the seeds' constants) or a YAML path.
+    calibration: str = "default"
+    #: Serving engine whose calibrated software overheads apply (vllm, sglang, trtllm).
+    engine: str | None = None
     memory_efficiency: float | None = Field(default=None, gt=0, le=1)
     compute_efficiency: float | None = Field(default=None, gt=0, le=1)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
@@ -260,6 +264,7 @@ class Problem(Strict):
     prices_usd_per_gpu_hour: dict[str, float]
     catalog: Catalog
     imported_models: dict
+    calibration: object = None
 
     @property
     def name(self) -> str:
@@ -403,11 +408,19 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
             price = price.usd_per_gpu_hour if price is not None else None
         if price is not None:
             prices[gpu] = price
+    calibration = None
+    if spec.capacity_table is None:
+        from planner import parameters
+
+        cal_spec = spec.serving.calibration
+        if cal_spec not in ("default", "none") and not Path(cal_spec).is_absolute():
+            cal_spec = str(base / cal_spec)
+        calibration = check(parameters.load, cal_spec)
     if problems:
         raise PlanningInputError(problems)
     return Problem(spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants,
                    kv_cache_dtypes=kvs, prices_usd_per_gpu_hour=prices, catalog=catalog,
-                   imported_models=imported)
+                   imported_models=imported, calibration=calibration)
 
 
 def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:

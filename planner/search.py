@@ -14,6 +14,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from planner import parameters
 from planner.configs import config_arrays
 from planner.serving.arrays import ConfigArrays
 from planner.problem import Problem
@@ -64,9 +65,18 @@ def candidate_ids(frame: pd.DataFrame) -> pd.Series:
     return pd.Series(np.char.add("c", np.char.mod("%016x", h).astype("<U12")), index=frame.index)
 
 
-def serving_params(problem: Problem) -> ServingParams:
-    overrides = problem.spec.serving.model_dump(exclude_none=True)
-    return ServingParams().with_overrides(**overrides)
+def serving_overrides(problem: Problem) -> dict:
+    """The problem's explicit ``serving:`` parameter overrides."""
+    return problem.spec.serving.model_dump(exclude_none=True, exclude={"calibration", "engine"})
+
+
+def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> ServingParams:
+    """Parameters of configuration ``rows`` (calibrated per GPU, then the YAML overrides);
+    without rows, the uncalibrated base with the overrides."""
+    if rows is None:
+        return ServingParams().with_overrides(**serving_overrides(problem))
+    return parameters.resolve(rows["gpu"].to_numpy(), problem.calibration, serving_overrides(problem),
+                              engine=problem.spec.serving.engine, model_ids=rows["model"].to_numpy())
 
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
@@ -110,10 +120,9 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
     workload's lengths, per workload ``capacity_per_s[<name>]``, ``ttft_p95_s[<name>]``,
     ``tpot_p95_s[<name>]``, and ``feasible`` / ``infeasible_reason``.
     """
-    params = serving_params(problem)
     frames = []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frames.append(_evaluate_model(problem, model_id, params))
+        frames.append(_evaluate_model(problem, model_id))
     out = pd.concat(frames)
     out.index = candidate_ids(out)
     out.index.name = "candidate_id"
@@ -122,7 +131,7 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
     return out.sort_index()
 
 
-def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> pd.DataFrame:
+def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
     frame = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame)
@@ -135,6 +144,7 @@ def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> p
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
                     output_tokens=first.output.mean, context_tokens=np.nan)
     arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models)
+    params = serving_params(problem, ok)
     metrics = evaluate(arrays, params)
     n_ok = len(ok)
     pad = len(frame) - n_ok
@@ -168,7 +178,8 @@ def _evaluate_model(problem: Problem, model_id: str, params: ServingParams) -> p
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
     for w in workloads:
-        cap = workload_capacity(problem, ok.iloc[live], w, params, arrays=_take(warrays[w.name], live))
+        cap = workload_capacity(problem, ok.iloc[live], w, parameters.take(params, live),
+                                arrays=_take(warrays[w.name], live))
         rate = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)
         tpot = np.full(n_ok, np.nan)

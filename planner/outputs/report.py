@@ -81,7 +81,7 @@ def _cost_by_gpu(plan: dict) -> dict:
 def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> list[tuple]:
     """The report as blocks: ("h", level, text), ("p", text), ("table", headers, rows),
     ("img", name, caption), ("code", text), ("list", items)."""
-    from planner.search import serving_params
+    from planner.search import serving_overrides, serving_params
 
     problem = result.problem
     s = doc["solver"]
@@ -167,13 +167,22 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
               [[r["gpu"], _num(r["usd_per_gpu_hour"], ".4g"), r["offering"], r["provider"], r["as_of"],
                 r["source"]] for r in (price_provenance(problem, g) for g in gpus_involved(result, doc))]))
     params = serving_params(problem).as_dict()
-    overrides = problem.spec.serving.model_dump(exclude_none=True)
-    b.append(("p", "Serving-model parameters (efficiencies against catalog peak figures, overheads):"))
+    overrides = serving_overrides(problem)
+    cal = problem.calibration
+    b.append(("p", "Serving-model parameters (efficiencies against catalog peak figures, overheads), "
+                   "before calibration:"))
     b.append(("table", ["parameter", "value", "set by"],
               [[k, _num(float(v), ".6g"), "problem serving:" if k in overrides else "default"]
                for k, v in params.items()]))
-    b.append(("p", "Calibration: none applied; predictions use the catalog peaks times the efficiencies "
-                   "above" + (" (with the problem's `serving:` overrides)." if overrides else ".")))
+    if cal is None:
+        b.append(("p", "Calibration: none applied; predictions use the catalog peaks times the efficiencies "
+                       "above" + (" (with the problem's `serving:` overrides)." if overrides else ".")))
+    else:
+        d = cal.describe()
+        b.append(("p", f"Calibration: {d['calibration']} sets {', '.join(d['parameters'])} per GPU "
+                       f"({', '.join(d['gpus']) or 'none'}; others use its global fit)"
+                       + (f" and engine {problem.spec.serving.engine}" if problem.spec.serving.engine else "")
+                       + "; the problem's `serving:` overrides win over it."))
     b.append(("p", "Catalog versions: " + ", ".join(f"{k} {v}" for k, v in sorted(problem.catalog.versions.items()))
               + ". Cost per 1M tokens counts output tokens of the whole traffic mix."))
     return b
