@@ -7,6 +7,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from planner.catalog import DEFAULT_CATALOG_DIR
 from planner.schema import PlanningInputError
 from planner.serving.params import ServingParams
 
@@ -20,10 +21,10 @@ def load(spec: str | None):
     """
     if spec is None or str(spec).lower() == "none":
         return None
-    from planner.calibration import DEFAULT_CALIBRATION_PATH, load_calibration
-
-    if str(spec) == "default" and not DEFAULT_CALIBRATION_PATH.exists():
+    if str(spec) == "default" and not (DEFAULT_CATALOG_DIR / "calibration.yaml").exists():
         return None
+    from planner.calibration import load_calibration
+
     try:
         return load_calibration(spec)
     except FileNotFoundError:
