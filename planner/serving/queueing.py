@@ -353,7 +353,8 @@ def occupancy_curve(c: ConfigArrays, p: ServingParams, t: TrafficArrays, points:
     for f in fields(c):
         v = getattr(c, f.name)
         expand[f.name] = v[:, None] if np.ndim(v) else v
-    state = state_at_occupancy(c.replace(**expand), p, t, grid)
+    p_rows = p.with_overrides(**{k: np.asarray(v)[:, None] for k, v in p.as_dict().items() if np.ndim(v)})
+    state = state_at_occupancy(c.replace(**expand), p_rows, t, grid)
     ok = state["stable"] & (n_max[:, None] >= 1)
     return {"occupancy": grid, "rate_per_s": np.where(ok, state["rate_per_s"], np.nan),
             "ttft_p95_s": np.where(ok, state["ttft_p95_s"], np.inf),
