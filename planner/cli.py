@@ -284,10 +284,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list:
     """Registration hooks of the commands defined in their own CLI modules."""
+    from planner.cli_accuracy import add_accuracy_parsers
     from planner.cli_budget import add_budget_parser
     from planner.cli_simulate import add_simulate_parser
 
-    return [add_simulate_parser, add_budget_parser, *_EXTRA_COMMANDS]
+    return [add_simulate_parser, add_budget_parser, add_accuracy_parsers, *_EXTRA_COMMANDS]
 
 
 #: Registration hooks added at run time (tests, plugins).

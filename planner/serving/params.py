@@ -41,6 +41,10 @@ class ServingParams:
     #: tokenization, scheduling, streaming the first token (0 in the seeds; calibrated
     #: values come from ``catalogs/calibration.yaml``).
     request_overhead_s: float = 0.0
+    #: Prefill (prompt) math runs at ``compute_efficiency`` times this: long-prompt GEMMs
+    #: and attention kernels reach a different fraction of peak than the decode-side math
+    #: (1 in the seeds: one efficiency for both; calibrated per engine).
+    prefill_compute_factor: float = 1.0
 
     def with_overrides(self, **overrides) -> "ServingParams":
         """A copy with some fields replaced; unknown names raise ``TypeError``."""

@@ -126,13 +126,15 @@ def kv_read_arithmetic_intensity(c: ConfigArrays) -> np.ndarray:
 
 
 def prefill_time_s(c: ConfigArrays, p: ServingParams, prompt_tokens=None) -> np.ndarray:
-    """t_pf = max(p(2P_act + 2Ldp)/(N pi eta_c), M_w_read(p)/(N beta eta_m)) + t_comm(p).
+    """t_pf = max(p(2P_act + 2Ldp)/(N pi eta_c phi), M_w_read(p)/(N beta eta_m)) + t_comm(p).
+
+    phi = ``prefill_compute_factor`` (1 in the seeds).
 
     With PP the stages run one after the other: the same total work plus hops.
     """
     pt = c.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
     flops = pt * (2.0 * c.params_active + 2.0 * c.n_layers * c.hidden_size * pt)
-    t_comp = flops / (c.tp * c.peak_flops_per_s * p.compute_efficiency)
+    t_comp = flops / (c.tp * c.peak_flops_per_s * p.compute_efficiency * p.prefill_compute_factor)
     t_mem = weight_read_bytes(c, pt) / (c.tp * c.bandwidth_bytes_per_s * p.memory_efficiency)
     return np.maximum(t_comp, t_mem) + tp_comm_time_s(c, p, pt) + pp_hop_time_s(c, p, pt)
 
@@ -176,8 +178,9 @@ class StepModel:
         self.kv_bytes_per_decoder = kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c) / c.pp
         self.mem_s_per_byte = c.pp / (c.bandwidth_bytes_per_s * p.memory_efficiency)
         self.decode_flops = decode_flops_per_token(c, ctx)
-        self.prefill_flops_base = 2.0 * c.params_active
-        self.prefill_flops_per_prompt_token = 2.0 * c.n_layers * c.hidden_size
+        # Prefill math runs at eta_c * prefill_compute_factor: its FLOPs count 1/factor.
+        self.prefill_flops_base = 2.0 * c.params_active / p.prefill_compute_factor
+        self.prefill_flops_per_prompt_token = 2.0 * c.n_layers * c.hidden_size / p.prefill_compute_factor
         self.comp_s_per_flop = 1.0 / (nS * c.peak_flops_per_s * p.compute_efficiency)
         one, zero = tp_comm_time_s(c, p, 1.0), tp_comm_time_s(c, p, 0.0)
         with np.errstate(invalid="ignore"):
