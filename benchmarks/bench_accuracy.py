@@ -57,8 +57,8 @@ def likely_cause(row) -> str:
         return ("closed-loop TTFT: queueing for prefill or KV slots " + ("over-" if over else "under-")
                 + "predicted (benchmark harness, scheduler)")
     if row["family"] == "throughput" and row["load_kind"] in ("max_throughput", "static_batch"):
-        return "batch the engine ran is not published: KV capacity / batch cap " + ("over" if over else "under") \
-            + "estimated"
+        return ("batch the engine ran is not published: KV capacity / batch cap "
+                + ("over" if over else "under") + "-estimated")
     return "model " + ("too slow" if not over else "too fast") + " for this configuration"
 
 
@@ -80,7 +80,8 @@ def family_table(seed: pd.DataFrame, cal: pd.DataFrame) -> str:
     for fam in sorted(cal["family"].unique()):
         a, b = seed[seed["family"] == fam]["ape_pct"], cal[cal["family"] == fam]["ape_pct"]
         target = f"<= {TARGETS[fam]:.0f}" if fam in TARGETS else ""
-        lines.append(f"| {fam} | {len(b)} | {target} | {a.median():.1f} | {b.median():.1f} | {b.mean():.1f} |")
+        lines.append(f"| {fam} | {len(b)} | {target} | {a.median():.1f} | {b.median():.1f} | "
+                     f"{b.mean():.1f} |")
     return "\n".join(lines)
 
 
@@ -159,7 +160,8 @@ def main() -> None:
               "(what a single measurement per new pair would fix): "
               + ", ".join(f"{fam} {np.median(np.abs(np.expm1(centred[fams == fam]))) * 100:.1f}"
                           for fams in [oof["quantity"].map(_family)] for fam in sorted(fams.unique())))
-        print("\n| fold | held-out (model, GPU) pairs | out-of-fold median APE % per family |\n|---:|---|---|")
+        print("\n| fold | held-out (model, GPU) pairs | out-of-fold median APE % per family |")
+        print("|---:|---|---|")
         for f in cv["per_fold"]:
             oof = ", ".join(f"{k} {v:.1f}" for k, v in f["out_of_fold_median_ape_pct"].items())
             print(f"| {f['fold']} | {', '.join(f['held_out'])} | {oof} |")

@@ -564,7 +564,8 @@ def take_arrays(c: ConfigArrays, index, n: int) -> ConfigArrays:
                         if np.ndim(getattr(c, f.name)) == 1 and getattr(c, f.name).size == n})
 
 
-def _predict_kind(rows: pd.DataFrame, base: ConfigArrays, p: ServingParams, h: Harness, kind: str) -> np.ndarray:
+def _predict_kind(rows: pd.DataFrame, base: ConfigArrays, p: ServingParams, h: Harness,
+                  kind: str) -> np.ndarray:
     prompt = rows["prompt_tokens"].to_numpy(float)
     output = rows["output_tokens"].to_numpy(float)
     replicas = rows["replicas"].to_numpy(float)

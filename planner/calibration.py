@@ -60,8 +60,8 @@ GPU_PARAMETERS: dict[str, ParamSpec] = {
                                    description="eta_m: achieved fraction of peak memory bandwidth"),
     "compute_efficiency": ParamSpec(0.1, 1.0, log=True, step=0.2,
                                     description="eta_c: achieved fraction of dense peak FLOP/s"),
-    "allreduce_latency_nvlink_s": ParamSpec(1e-6, 2e-4, scale=1e-5, step=1.0,
-                                            description="tau: fixed latency of one TP all-reduce over NVLink"),
+    "allreduce_latency_nvlink_s": ParamSpec(
+        1e-6, 2e-4, scale=1e-5, step=1.0, description="tau: fixed latency of one TP all-reduce over NVLink"),
 }
 #: Software: fitted per serving engine. ``first_wave_weight`` describes the benchmark
 #: harness (used by ``planner accuracy`` only, see :class:`planner.accuracy.Harness`).
@@ -119,7 +119,8 @@ def compose(base: ServingParams, values: dict):
         "step_overhead_s": values["engine.step_overhead_s"],
         "prefill_compute_factor": values.get("engine.prefill_compute_factor", 1.0),
         "request_overhead_s": np.maximum(values["engine.request_overhead_s"]
-                                         + np.asarray(values.get("model.request_overhead_delta_s", 0.0)), 0.0),
+                                         + np.asarray(values.get("model.request_overhead_delta_s", 0.0)),
+                                         0.0),
     }
     harness = {h: values[f"engine.{h}"] for h in HARNESS_FIELDS if f"engine.{h}" in values}
     return base.with_overrides(**{k: np.asarray(v, dtype=float) for k, v in serving.items()}), harness
@@ -205,7 +206,8 @@ class Calibration:
         """
         gpus = np.asarray(gpu_ids, dtype=object).reshape(-1)
         values = self.level_values("gpu", gpus, fallback)
-        values.update(self.level_values("engine", np.broadcast_to(np.asarray(engine, dtype=object), gpus.shape)))
+        engines = np.broadcast_to(np.asarray(engine, dtype=object), gpus.shape)
+        values.update(self.level_values("engine", engines))
         if model_ids is not None:
             values.update(self.level_values("model", model_ids))
         if math_modes is not None:
@@ -244,9 +246,11 @@ class Calibration:
     def to_dict(self) -> dict:
         """The YAML document of this calibration (see ``catalogs/calibration.yaml``)."""
         def section(level, table):
-            return {k: {"values": _rounded(v), **self.stats.get(f"{level}:{k}", {})} for k, v in sorted(table.items())}
+            return {k: {"values": _rounded(v), **self.stats.get(f"{level}:{k}", {})}
+                    for k, v in sorted(table.items())}
 
-        return {**self.provenance, "default": {"values": _rounded(self.default), **self.stats.get("default", {})},
+        default = {"values": _rounded(self.default), **self.stats.get("default", {})}
+        return {**self.provenance, "default": default,
                 "gpus": section("gpu", self.gpus), "engines": section("engine", self.engines),
                 "releases": section("release", self.releases), "math": section("math", self.maths),
                 "models": section("model", self.models)}
@@ -297,8 +301,9 @@ def calibration_from_dict(doc: dict, path: str | None = None) -> Calibration:
         raise PlanningInputError([f"{where0}: {p}" for p in problems])
     provenance = {k: v for k, v in doc.items() if k not in ("default", "gpus", "engines", "releases", "math",
                                                             "models")}
-    return Calibration(default=default, gpus=tables["gpu"], engines=tables["engine"], releases=tables["release"],
-                       maths=tables["math"], models=tables["model"], stats=stats, provenance=provenance, path=path)
+    return Calibration(default=default, gpus=tables["gpu"], engines=tables["engine"],
+                       releases=tables["release"], maths=tables["math"], models=tables["model"], stats=stats,
+                       provenance=provenance, path=path)
 
 
 def load_calibration(spec: str | Path | None = "default") -> Calibration | None:
@@ -324,12 +329,14 @@ def write_calibration(calibration: Calibration, path: str | Path) -> None:
     """Write ``calibration`` as YAML, with a header comment, to ``path``."""
     import yaml
 
-    header = ("# Calibrated serving-model parameters, written by `planner calibrate` (planner/calibration.py).\n"
-              "# Hardware values per GPU (gpus), software values per serving engine (engines), both falling\n"
-              "# back to the global fit (default); models adjust on top when the caller passes model ids.\n"
-              "# Efficiency = eta_gpu * engine factor * model factor (<= 1); request overhead = engine value\n"
-              "# + model delta (>= 0). rows / median_ape_pct: the rows of the group and their median absolute\n"
-              "# percentage error per metric family with these values. Regenerate with `fitted.command`.\n")
+    header = ("# Calibrated serving-model parameters, written by `planner calibrate`\n"
+              "# (planner/calibration.py).\n"
+              "# Hardware values per GPU (gpus), software values per engine release -> engine (releases,\n"
+              "# engines), both falling back to the global fit (default); math and models adjust on top\n"
+              "# when the caller passes math modes and model ids. Efficiency = eta_gpu * engine factor *\n"
+              "# math factor * model factor (<= 1); request overhead = engine value + model delta (>= 0).\n"
+              "# rows / median_ape_pct: the rows of the group and their median absolute percentage error\n"
+              "# per metric family with these values. Regenerate with `fitted.command`.\n")
     text = yaml.safe_dump(calibration.to_dict(), sort_keys=False, default_flow_style=False, width=100)
     Path(path).write_text(header + text)
 
@@ -582,7 +589,8 @@ def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParam
     frame = pd.DataFrame({"gpu": rows["gpu"].to_numpy(), "engine": rows["engine"].to_numpy(),
                           "release": engine_keys(rows), "math": rows["math"].to_numpy(),
                           "model": rows["model"].to_numpy(),
-                          "family": rows["family"].to_numpy(), "ape": np.abs(pred - measured) / measured * 100.0})
+                          "family": rows["family"].to_numpy(),
+                          "ape": np.abs(pred - measured) / measured * 100.0})
 
     def summary(part):
         return {"rows": int(len(part)), "median_ape_pct": {f: round(float(v), 1) for f, v in
@@ -593,7 +601,8 @@ def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParam
                          ("math", cal.maths), ("model", cal.models)):
         stats.update({f"{level}:{k}": summary(frame[frame[level] == k]) for k in table})
     return Calibration(default=cal.default, gpus=cal.gpus, engines=cal.engines, releases=cal.releases,
-                       maths=cal.maths, models=cal.models, stats=stats, provenance=cal.provenance, path=cal.path)
+                       maths=cal.maths, models=cal.models, stats=stats, provenance=cal.provenance,
+                       path=cal.path)
 
 
 def group_folds(rows: pd.DataFrame, folds: int = 5, by=("model", "gpu")) -> np.ndarray:

@@ -70,7 +70,8 @@ def cmd_accuracy(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from planner.accuracy import accuracy_report, load_measurements, prepare_rows
-    from planner.calibration import FitOptions, cross_validate, file_sha256, fit_calibration, write_calibration
+    from planner.calibration import (FitOptions, cross_validate, file_sha256, fit_calibration,
+                                     write_calibration)
     from planner.schema import PlanningInputError
 
     catalog = _catalog(args)
@@ -100,8 +101,8 @@ def cmd_calibrate(args) -> int:
                "median_ape_pct": {f: {"seed": before.get(f, {}).get("median_ape_pct"),
                                       "calibrated": after[f]["median_ape_pct"]} for f in after}}
     if args.cv:
-        summary["cross_validation"] = {k: v for k, v in cross_validate(catalog, rows, args.cv, options).items()
-                                       if k != "predictions"}
+        cv = cross_validate(catalog, rows, args.cv, options)
+        summary["cross_validation"] = {k: v for k, v in cv.items() if k != "predictions"}
         calibration.provenance.setdefault("fitted", {})["cross_validation"] = {
             "folds": args.cv, "grouped_by": ["model", "gpu"],
             "by_family": summary["cross_validation"]["by_family"]}
@@ -112,7 +113,8 @@ def cmd_calibrate(args) -> int:
     else:
         print(f"wrote {args.out}")
         _print_rows(["family", "seed_median_ape_%", "calibrated_median_ape_%"],
-                    [[f, _fmt(v["seed"]), _fmt(v["calibrated"])] for f, v in sorted(summary["median_ape_pct"].items())])
+                    [[f, _fmt(v["seed"]), _fmt(v["calibrated"])]
+                     for f, v in sorted(summary["median_ape_pct"].items())])
         if args.cv:
             _print_rows(["family", "in_fold_%", "out_of_fold_%"],
                         [[f, v["in_fold_median_ape_pct"], v["out_of_fold_median_ape_pct"]]
@@ -140,7 +142,8 @@ def cmd_import_bench(args) -> int:
         frame = frame.drop_duplicates("id", keep="last")
     frame.to_csv(out, index=False)
     summary = {"out": str(out), "rows": int(len(frame)), "metrics": sorted(frame["metric"].unique()),
-               "models": sorted(frame["model"].astype(str).unique()), "gpus": sorted(frame["gpu"].astype(str).unique())}
+               "models": sorted(frame["model"].astype(str).unique()),
+               "gpus": sorted(frame["gpu"].astype(str).unique())}
     if args.json:
         print(jsonio.dumps(summary))
     else:
@@ -168,7 +171,8 @@ def add_accuracy_parsers(sub) -> None:
     p.add_argument("file", help="measurement CSV")
     p.add_argument("--out", default="catalogs/calibration.yaml", help="calibration YAML to write")
     p.add_argument("--min-rows", type=_positive_int, default=20, help="rows a GPU/engine/model group needs")
-    p.add_argument("--cv", type=_positive_int, help="also run K-fold cross-validation grouped by (model, GPU)")
+    p.add_argument("--cv", type=_positive_int,
+                   help="also run K-fold cross-validation grouped by (model, GPU)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
 

@@ -124,9 +124,10 @@ def _lengths(record: dict, ctx: BenchContext) -> tuple[float | None, float | Non
     """(isl, osl, note): the context's, the tool's fixed random lengths, or per-request means."""
     done = _number(record.get("completed"))
     isl, osl, notes = ctx.isl, ctx.osl, []
-    if isl is None and _number(record.get("random_input_len")) and not _number(record.get("random_range_ratio")):
+    fixed = not _number(record.get("random_range_ratio"))  # SGLang random lengths without spread
+    if isl is None and fixed and _number(record.get("random_input_len")):
         isl = _number(record.get("random_input_len"))
-    if osl is None and _number(record.get("random_output_len")) and not _number(record.get("random_range_ratio")):
+    if osl is None and fixed and _number(record.get("random_output_len")):
         osl = _number(record.get("random_output_len"))
     if isl is None and done and _number(record.get("total_input_tokens")):
         isl = round(_number(record["total_input_tokens"]) / done, 1)
@@ -196,7 +197,8 @@ def import_results(path: str | Path, ctx: BenchContext) -> pd.DataFrame:
             rows.append({
                 "id": f"B{digest}-{i}-{metric}",
                 "source": f"[user benchmark] {tool} {path.name} run {i}",
-                "engine": ctx.engine, "engine_version": ctx.engine_version or record.get("engine_version", ""),
+                "engine": ctx.engine,
+                "engine_version": ctx.engine_version or record.get("engine_version", ""),
                 "model": model, "gpu": ctx.gpu, "num_gpus": num_gpus, "tp": ctx.tp, "pp": ctx.pp, "ep": None,
                 "weight_dtype": ctx.weight_dtype, "kv_dtype": ctx.kv_dtype, "mode": "agg",
                 "isl": isl, "osl": osl, "load_kind": kind, "load_value": load,
@@ -204,7 +206,8 @@ def import_results(path: str | Path, ctx: BenchContext) -> pd.DataFrame:
                 "notes": f"{base_note} || raw: {key}={value}",
             })
     if not rows:
-        raise PlanningInputError(f"{path}: no metric of the measurement schema found in {len(records)} run(s)")
+        raise PlanningInputError(f"{path}: no metric of the measurement schema found in "
+                                 f"{len(records)} run(s)")
     return pd.DataFrame(rows, columns=list(MEASUREMENT_COLUMNS))
 
 

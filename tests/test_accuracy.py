@@ -46,9 +46,11 @@ def _row(**overrides):
 
 def test_skip_reasons_and_dtype_mapping(catalog):
     frame = pd.DataFrame([
-        _row(id="a", weight_dtype="fp4"), _row(id="b", weight_dtype="int4"), _row(id="c", weight_dtype=np.nan),
+        _row(id="a", weight_dtype="fp4"), _row(id="b", weight_dtype="int4"),
+        _row(id="c", weight_dtype=np.nan),
         _row(id="d", mode="disagg"), _row(id="e", model="no-such-model"), _row(id="f", gpu="tpu-v9"),
-        _row(id="g", notes="MTP speculative decoding ON"), _row(id="h", tp=np.nan), _row(id="i", metric="bogus"),
+        _row(id="g", notes="MTP speculative decoding ON"), _row(id="h", tp=np.nan),
+        _row(id="i", metric="bogus"),
         _row(id="j", load_kind="concurrency", load_value=8, osl=np.nan, metric="tpot_ms_mean", unit="ms"),
     ])
     rows, skipped = A.prepare_rows(frame, catalog)

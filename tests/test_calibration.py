@@ -34,8 +34,9 @@ def test_load_none_default_and_describe(shipped):
     assert C.load_calibration(None).default == shipped.default
     info = shipped.describe()
     assert info["calibration"] == "catalogs/calibration.yaml"
-    assert set(info["parameters"]) == {"memory_efficiency", "compute_efficiency", "allreduce_latency_nvlink_s",
-                                       "step_overhead_s", "request_overhead_s", "prefill_compute_factor"}
+    assert set(info["parameters"]) == {"memory_efficiency", "compute_efficiency",
+                                       "allreduce_latency_nvlink_s", "step_overhead_s",
+                                       "request_overhead_s", "prefill_compute_factor"}
     assert info["source"]["file"] == "measurements.csv" and len(info["source"]["sha256"]) == 64
     assert {"h100-sxm", "h200-sxm", "b200"} <= set(info["gpus"])
     assert {"vllm", "sglang", "trtllm"} <= set(info["engines"])
