@@ -17,7 +17,7 @@ SAMPLE = DATA / "measurements-sample.csv"
 
 
 def run_planner(*args, expect=0):
-    """``python -m planner ARGS`` (the accuracy commands are registered in planner.cli)."""
+    """``python -m planner ARGS`` (accuracy, calibrate and import-bench are registered in the CLI)."""
     proc = subprocess.run([sys.executable, "-m", "planner", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT)
     assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
