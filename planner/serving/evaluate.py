@@ -62,7 +62,7 @@ def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=Non
         "tpot_s": tpot,
         "prefill_s": prefill,
         "queue_wait_s": wait,
-        "ttft_s": wait + prefill + tpot,
+        "ttft_s": wait + prefill + tpot + p.request_overhead_s,
         "throughput_tokens_per_s": throughput,
         "per_user_tokens_per_s": 1.0 / tpot,
         "expert_read_fraction": roofline.expert_read_fraction(c, c.batch / c.pp),

@@ -248,6 +248,7 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
         queued_dev = np.sqrt(r_dev ** 2 + w_dev ** 2 + 2.0 * QUEUE_CORRELATION * r_dev * w_dev)
         ttft_p95 = r_mean + w_mean + service + np.sqrt(queued_dev ** 2
                                                        + np.maximum(service_p95 - service, 0.0) ** 2)
+        ttft_p95 = ttft_p95 + p.request_overhead_s  # server, tokenizer, streaming (calibrated)
     stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     inf = np.inf
     return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": np.where(stable, tpot_p95, inf),

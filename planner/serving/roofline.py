@@ -179,8 +179,9 @@ class StepModel:
         self.mem_s_per_byte = c.pp / (c.bandwidth_bytes_per_s * p.memory_efficiency)
         self.decode_flops = decode_flops_per_token(c, ctx)
         # Prefill math runs at eta_c * prefill_compute_factor: its FLOPs count 1/factor.
-        self.prefill_flops_base = 2.0 * c.params_active / p.prefill_compute_factor
-        self.prefill_flops_per_prompt_token = 2.0 * c.n_layers * c.hidden_size / p.prefill_compute_factor
+        phi = p.prefill_compute_factor
+        self.prefill_flops_base = 2.0 * c.params_active / phi
+        self.prefill_flops_per_prompt_token = 2.0 * c.n_layers * c.hidden_size / phi
         self.comp_s_per_flop = 1.0 / (nS * c.peak_flops_per_s * p.compute_efficiency)
         one, zero = tp_comm_time_s(c, p, 1.0), tp_comm_time_s(c, p, 0.0)
         with np.errstate(invalid="ignore"):
