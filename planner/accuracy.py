@@ -223,16 +223,8 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
 
 
 def math_modes(catalog: Catalog, gpu_ids, formats) -> np.ndarray:
-    """The tensor-core math each (GPU, weight format) runs: the format's ``math`` (bf16, fp8,
-    int8, fp4) where the GPU has it natively, else ``weight-only`` (dequantized to BF16)."""
-    pairs = pd.Series([f"{g}|{q}" for g, q in zip(gpu_ids, formats)], dtype=object)
-    codes, uniques = pd.factorize(pairs)
-    modes = []
-    for pair in uniques:
-        g, q = pair.split("|")
-        math = catalog.weight_format(q).math
-        modes.append(math if catalog.gpu(g).peak_flops_per_s(math) is not None else "weight-only")
-    return np.array(modes, dtype=object)[codes] if len(codes) else np.array([], dtype=object)
+    """The tensor-core math each (GPU, weight format) runs (:meth:`Catalog.math_modes`)."""
+    return catalog.math_modes(gpu_ids, formats)
 
 
 def _label(value) -> str:

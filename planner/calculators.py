@@ -65,7 +65,8 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
         raise PlanningInputError(f"--context: must be >= 0, got {context}")
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     cal = parameters.load(calibration)
-    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id])
+    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id],
+                                         math_modes=[catalog.math_mode(g.id, q.id)])
     users = batch if users is None else users
     b = min(users, batch)
     arrays, fallback = config_arrays(catalog, _frame(m, g, q, k, tp, pp, [b], prompt, output, context),
@@ -120,7 +121,8 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
     _check_positive(context=context, tp=tp, pp=pp, **{"batches": min(batches)})
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     cal = parameters.load(calibration)
-    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id])
+    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id],
+                                         math_modes=[catalog.math_mode(g.id, q.id)])
     frame = _frame(m, g, q, k, tp, pp, list(batches), context, 0, context)
     arrays, _ = config_arrays(catalog, frame, models={m.id: m})
     out = evaluate(arrays, params)

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from planner.schema import (
     GpuCatalog,
     GpuSpec,
@@ -102,6 +104,23 @@ class Catalog:
 
     def kv_dtype(self, name: str, where: str = "") -> KvCacheDtype:
         return self.kv_dtypes.resolve(name, where)
+
+    def math_mode(self, gpu: str, weight_format: str) -> str:
+        """The tensor-core math a GPU runs for a weight format: the format's ``math`` (bf16,
+        fp8, int8, fp4) where the GPU has it natively, else ``weight-only`` (dequantized to
+        BF16). Selects the calibration's per-math compute factor."""
+        math = self.weight_format(weight_format).math
+        return math if self.gpu(gpu).peak_flops_per_s(math) is not None else "weight-only"
+
+    def math_modes(self, gpu_ids, formats) -> np.ndarray:
+        """:meth:`math_mode` per (GPU, weight format) row."""
+        import pandas as pd
+
+        g_codes, gpus = pd.factorize(np.asarray(gpu_ids, dtype=object).reshape(-1))
+        q_codes, fmts = pd.factorize(np.asarray(formats, dtype=object).reshape(-1))
+        pair, codes = np.unique(g_codes * len(fmts) + q_codes, return_inverse=True)
+        modes = np.array([self.math_mode(gpus[k // len(fmts)], fmts[k % len(fmts)]) for k in pair], dtype=object)
+        return modes[codes.reshape(-1)]
 
     def rental_prices(self, gpu_id: str) -> list[RentalPrice]:
         return sorted((p for p in self.prices.rental if p.gpu == gpu_id),

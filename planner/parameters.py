@@ -32,12 +32,19 @@ def load(spec: str | None):
 
 
 def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: str | None = None,
-            model_ids=None) -> ServingParams:
-    """Parameters per configuration row (arrays aligned with ``gpu_ids`` when calibrated)."""
+            model_ids=None, math_modes=None) -> ServingParams:
+    """Parameters per configuration row (arrays aligned with ``gpu_ids`` when calibrated).
+
+    ``model_ids`` and ``math_modes`` (:meth:`planner.catalog.Catalog.math_modes`) per row
+    select the calibration's per-model and per-math adjustments.
+    """
     params = ServingParams()
     if calibration is not None:
+        def per_row(values):
+            return None if values is None else np.asarray(values, dtype=object)
+
         params = calibration.params_for(params, np.asarray(gpu_ids, dtype=object), engine=engine,
-                                        model_ids=None if model_ids is None else np.asarray(model_ids, dtype=object))
+                                        model_ids=per_row(model_ids), math_modes=per_row(math_modes))
     return params.with_overrides(**(overrides or {}))
 
 

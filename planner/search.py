@@ -75,8 +75,12 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> Servin
     without rows, the uncalibrated base with the overrides."""
     if rows is None:
         return ServingParams().with_overrides(**serving_overrides(problem))
-    return parameters.resolve(rows["gpu"].to_numpy(), problem.calibration, serving_overrides(problem),
-                              engine=problem.spec.serving.engine, model_ids=rows["model"].to_numpy())
+    gpus = rows["gpu"].to_numpy()
+    maths = problem.catalog.math_modes(gpus, rows["quantization"].to_numpy()) \
+        if problem.calibration is not None else None
+    return parameters.resolve(gpus, problem.calibration, serving_overrides(problem),
+                              engine=problem.spec.serving.engine, model_ids=rows["model"].to_numpy(),
+                              math_modes=maths)
 
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import DATA
+from conftest import DATA, ROOT
 from planner import accuracy as A
 from planner import calibration as C
 from planner.schema import PlanningInputError
@@ -81,6 +81,23 @@ def test_model_and_math_adjustments_apply_only_when_asked(shipped):
         m = shipped.params_for(base, ["h100-sxm"], engine="vllm", math_modes=[math])
         assert np.asarray(m.compute_efficiency)[0] == pytest.approx(
             min(np.asarray(plain.compute_efficiency)[0] * shipped.maths[math]["compute_factor"], 1.0))
+
+
+def test_search_applies_the_per_math_compute_factor(shipped):
+    """Planned candidates get the calibration's math factor: an NVFP4 row on B200 (FP4 math)
+    and a BF16 row differ in compute efficiency by exactly the ratio of the two factors."""
+    import pandas as pd
+
+    from planner.problem import load_problem
+    from planner.search import serving_params
+
+    problem = load_problem(ROOT / "problems" / "chat-70b.yaml")
+    rows = pd.DataFrame({"gpu": ["b200", "b200", "h100-sxm"], "model": ["llama-3.1-70b"] * 3,
+                         "quantization": ["nvfp4", "bf16", "nvfp4"]})
+    eff = np.asarray(serving_params(problem, rows).compute_efficiency)
+    assert problem.catalog.math_modes(rows["gpu"], rows["quantization"]).tolist() == ["fp4", "bf16", "weight-only"]
+    fp4, bf16 = shipped.maths["fp4"]["compute_factor"], shipped.maths["bf16"]["compute_factor"]
+    assert eff[0] / eff[1] == pytest.approx(fp4 / bf16, rel=1e-9)
 
 
 def test_yaml_round_trip_and_validation(shipped, tmp_path):
