@@ -165,12 +165,33 @@ def _predicted_latency(problem: Problem, candidates: pd.DataFrame,
     return out
 
 
+def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:
+    """The rate-weighted mean of a latency column over a plan's routed traffic (0 if unknown)."""
+    values = routing[column].to_numpy(float)
+    weights = routing["rate_per_s"].to_numpy(float)
+    ok = np.isfinite(values) & (weights > 0)
+    return float(np.average(values[ok], weights=weights[ok])) if ok.any() else 0.0
+
+
 def _rank_plans(problem, candidates, solutions) -> list[RankedPlan]:
+    """Plans ranked by cost, then latency (traffic-weighted p95 TPOT, then TTFT), then ids.
+
+    k-best returns equal-cost alternatives in candidate-id order; among them the faster
+    plan ranks first (DESIGN 6), so rank 1 is still an optimum.
+    """
     latencies = _predicted_latency(problem, candidates, [(p.deployments, p.routing) for _, p in solutions])
+
+    def key(item):
+        (_, plan), routing = item
+        return (round(plan.usd_per_hour, 9), round(_traffic_weighted(routing, "tpot_p95_s"), 9),
+                round(_traffic_weighted(routing, "ttft_p95_s"), 9),
+                tuple(sorted(plan.deployments["candidate_id"])))
+
+    ordered = sorted(zip(solutions, latencies), key=key)
     return [RankedPlan(rank=i, usd_per_hour=plan.usd_per_hour,
                        usd_per_million_tokens=usd_per_million_tokens(problem, plan.usd_per_hour),
                        deployments=plan.deployments, routing=routing, gpus_by_type=plan.gpus_by_type)
-            for i, ((_, plan), routing) in enumerate(zip(solutions, latencies), start=1)]
+            for i, ((_, plan), routing) in enumerate(ordered, start=1)]
 
 
 def solver_summary(result) -> dict:

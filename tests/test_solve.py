@@ -44,6 +44,19 @@ def test_every_shipped_problem_is_optimal_and_checked(solved, name):
         assert p.usd_per_hour == pytest.approx(float(np.dot(prices, p.deployments["replicas"])))
 
 
+def test_equal_cost_plans_rank_by_latency(solved):
+    """DESIGN 6: rank by cost, then latency (traffic-weighted p95 TPOT), then ids."""
+    ties = 0
+    for result in solved.values():
+        for a, b in zip(result.plans, result.plans[1:]):
+            assert a.usd_per_hour <= b.usd_per_hour + 1e-9
+            if abs(a.usd_per_hour - b.usd_per_hour) < 1e-9:
+                ties += 1
+                tpot = [np.average(p.routing["tpot_p95_s"], weights=p.routing["rate_per_s"]) for p in (a, b)]
+                assert tpot[0] <= tpot[1] + 1e-9
+    assert ties > 0  # the shipped problems do have equal-cost alternatives
+
+
 def test_the_checker_can_fail(solved):
     result = solved["chat-70b"]
     instance = planning_instance(result.problem, result.candidates)
