@@ -158,9 +158,9 @@ class Calibration:
         then the global fit.
         """
         table = {"gpu": self.gpus, "engine": self.engines, "math": self.maths, "model": self.models}[level]
-        keys = ["" if k is None or (isinstance(k, float) and np.isnan(k)) else str(k)
-                for k in np.asarray(keys, dtype=object).reshape(-1)]
-        codes, uniques = pd.factorize(pd.Series(keys, dtype=object))
+        codes, uniques = pd.factorize(np.asarray(keys, dtype=object).reshape(-1))  # None/NaN -> -1
+        uniques = [str(k) for k in uniques] + [""]
+        codes = np.where(codes < 0, len(uniques) - 1, codes)
         out = {}
         for name, spec in LEVEL_PARAMETERS[level].items():
             if spec.neutral is not None:
@@ -338,7 +338,9 @@ def write_calibration(calibration: Calibration, path: str | Path) -> None:
               "# rows / median_ape_pct: the rows of the group and their median absolute percentage error\n"
               "# per metric family with these values. Regenerate with `fitted.command`.\n")
     text = yaml.safe_dump(calibration.to_dict(), sort_keys=False, default_flow_style=False, width=100)
-    Path(path).write_text(header + text)
+    from planner.atomic import atomic_write_text
+
+    atomic_write_text(path, header + text)
 
 
 def file_sha256(path: str | Path) -> str:

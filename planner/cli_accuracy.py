@@ -35,12 +35,21 @@ def _fmt(value, digits=4) -> str:
 
 
 def cmd_accuracy(args) -> int:
-    from planner.accuracy import accuracy_report, load_measurements
+    from planner.accuracy import accuracy_report, load_measurements, rows_table, score_rows
     from planner.calibration import load_calibration
 
+    catalog = _catalog(args)
     measurements = load_measurements(args.file)
     calibration = load_calibration(args.calibration)
-    report = accuracy_report(_catalog(args), measurements, calibration, worst=args.top)
+    if args.rows_out:
+        from planner.atomic import atomic_write_text
+
+        scored = score_rows(catalog, measurements, calibration)
+        atomic_write_text(args.rows_out, rows_table(*scored).to_csv(index=False))
+        print(f"wrote {args.rows_out}", file=sys.stderr)
+    else:
+        scored = None
+    report = accuracy_report(catalog, measurements, calibration, worst=args.top, scored=scored)
     if args.json:
         print(jsonio.dumps(report))
         return EXIT_OK
@@ -140,7 +149,9 @@ def cmd_import_bench(args) -> int:
     if args.append and out.is_file():
         frame = pd.concat([pd.read_csv(out, dtype={"id": str}), frame], ignore_index=True)
         frame = frame.drop_duplicates("id", keep="last")
-    frame.to_csv(out, index=False)
+    from planner.atomic import atomic_write_text
+
+    atomic_write_text(out, frame.to_csv(index=False))
     summary = {"out": str(out), "rows": int(len(frame)), "metrics": sorted(frame["metric"].unique()),
                "models": sorted(frame["model"].astype(str).unique()),
                "gpus": sorted(frame["gpu"].astype(str).unique())}
@@ -164,6 +175,8 @@ def add_accuracy_parsers(sub) -> None:
     p.add_argument("--calibration", default="default",
                    help="'none' (the seeds' parameters), 'default' (catalogs/calibration.yaml) or a path")
     p.add_argument("--top", type=_positive_int, default=20, help="how many worst rows to list")
+    p.add_argument("--rows-out", metavar="CSV",
+                   help="also write every row with its prediction and APE (or why it was skipped)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_accuracy)
 
