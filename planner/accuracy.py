@@ -90,6 +90,9 @@ TRTLLM_FREE_MEMORY_FRACTION = 0.9
 #: Largest in-flight batch assumed for ``max_throughput`` rows (the engine picked it and did
 #: not publish it): TensorRT-LLM's default ``max_batch_size``.
 MAX_THROUGHPUT_BATCH = 2048.0
+#: Load kinds measured offline, inside the engine's own C++ benchmark (batch-1 latency,
+#: static batches): no HTTP server, tokenizer or streaming, so no ``request_overhead_s``.
+OFFLINE_LOAD_KINDS = ("single", "static_batch")
 
 
 def load_measurements(path: str | Path) -> pd.DataFrame:
@@ -594,7 +597,8 @@ def _predict_kind(rows: pd.DataFrame, base: ConfigArrays, p: ServingParams, h: H
 
 def _metric_values(rows, r, replicas, prompt, output, p: ServingParams) -> np.ndarray:
     quantity = rows["quantity"].to_numpy()
-    ttft = r["ttft_s"] + p.request_overhead_s
+    online = ~rows["load_kind"].isin(OFFLINE_LOAD_KINDS).to_numpy()
+    ttft = r["ttft_s"] + np.where(online, p.request_overhead_s, 0.0)
     rate_total = r["rate_per_s"] * replicas
     values = {
         "ttft": ttft * MS_PER_S, "tpot": r["tpot_s"] * MS_PER_S,
@@ -649,8 +653,20 @@ def _stats(ape: pd.Series) -> dict:
             "mean_ape_pct": round(float(ape.mean()), 2)}
 
 
+#: Columns of ``planner accuracy --rows-out``: one line per measurement row.
+ROW_COLUMNS = ("id", "metric", "value", "prediction", "ape_pct", "engine", "release", "model", "gpu", "tp", "pp",
+               "quantization", "kv_cache_dtype", "load_kind", "load_value", "isl", "osl", "assumptions")
+
+
+def rows_table(scored: pd.DataFrame, skipped: pd.DataFrame) -> pd.DataFrame:
+    """Every measurement row with its prediction (``skipped`` empty), or its skip reason."""
+    predicted = scored[[c for c in ROW_COLUMNS if c in scored.columns]].assign(skipped="")
+    dropped = skipped.rename(columns={"reason": "skipped"})
+    return pd.concat([predicted, dropped], ignore_index=True).sort_values(["id", "metric"], ignore_index=True)
+
+
 def accuracy_report(catalog: Catalog, measurements: pd.DataFrame, calibration=None,
-                    base: ServingParams | None = None, worst: int = 20) -> dict:
+                    base: ServingParams | None = None, worst: int = 20, scored=None) -> dict:
     """The ``planner accuracy`` result: counts, per-metric errors, the worst rows, the parameters.
 
     Parameters
@@ -667,10 +683,11 @@ def accuracy_report(catalog: Catalog, measurements: pd.DataFrame, calibration=No
     -------
     dict with ``rows``, ``predicted``, ``skipped`` (rows per reason), ``by_metric`` and
     ``by_family`` (``n``, ``median_ape_pct``, ``mean_ape_pct``), ``worst`` (id, metric,
-    value, prediction, ape_pct and the configuration) and ``calibration``.
+    value, prediction, ape_pct and the configuration) and ``calibration``. ``scored``: the
+    ``(scored, skipped)`` pair of :func:`score_rows` when the caller already has it.
     """
     base = base or ServingParams()
-    scored, skipped = score_rows(catalog, measurements, calibration, base)
+    scored, skipped = scored if scored is not None else score_rows(catalog, measurements, calibration, base)
     by_metric = {m: _stats(g["ape_pct"]) for m, g in scored.groupby("metric")}
     by_family = {f: _stats(g["ape_pct"]) for f, g in scored.groupby("family")}
     cols = ["id", "metric", "value", "prediction", "ape_pct", "engine", "model", "gpu", "tp", "load_kind",

@@ -168,6 +168,22 @@ def test_report_structure_and_seed_accuracy(sample, catalog):
     assert report["calibration"]["calibration"] == "none"
 
 
+def test_cli_accuracy_rows_out_has_every_row(tmp_path, sample):
+    rows_csv = tmp_path / "rows.csv"
+    out, _ = run_planner("accuracy", SAMPLE, "--json", "--rows-out", rows_csv)
+    report = json.loads(out)
+    table = pd.read_csv(rows_csv, keep_default_na=False, na_values=[""])
+    assert len(table) == report["rows"] == len(sample)
+    predicted = table[table["skipped"].isna()]
+    assert len(predicted) == report["predicted"]
+    assert sorted(table["id"] + "|" + table["metric"]) == sorted(sample["id"] + "|" + sample["metric"])
+    ape = (predicted["prediction"] - predicted["value"]).abs() / predicted["value"] * 100
+    np.testing.assert_allclose(ape, predicted["ape_pct"], rtol=1e-9)
+    for metric, stats in report["by_metric"].items():
+        assert predicted.loc[predicted["metric"] == metric, "ape_pct"].median() == pytest.approx(
+            stats["median_ape_pct"], abs=0.006)
+
+
 def test_cli_accuracy_json_and_errors(tmp_path):
     out, _ = run_planner("accuracy", SAMPLE, "--json", "--calibration", "none", "--top", "5")
     report = json.loads(out)
