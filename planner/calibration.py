@@ -91,8 +91,9 @@ MATH_PARAMETERS: dict[str, ParamSpec] = {
 MODEL_PARAMETERS: dict[str, ParamSpec] = {
     "efficiency_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
                                    description="multiplies memory and compute efficiency"),
-    "request_overhead_delta_s": ParamSpec(-0.3, 0.5, scale=1e-2, step=2.0, neutral=0.0,
-                                          description="added to request_overhead_s (result >= 0)"),
+    "prefill_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
+                                description="multiplies the prefill compute factor (the model's prefill "
+                                            "path: MoE grouped GEMMs and routing, MLA attention)"),
 }
 LEVEL_PARAMETERS = {"gpu": GPU_PARAMETERS, "engine": ENGINE_PARAMETERS, "release": ENGINE_PARAMETERS,
                     "math": MATH_PARAMETERS, "model": MODEL_PARAMETERS}
@@ -106,7 +107,8 @@ def compose(base: ServingParams, values: dict):
 
     ``values`` maps ``gpu.<name>``, ``engine.<name>``, ``model.<name>`` to arrays (or
     scalars). Efficiencies are eta_gpu * f_engine * f_model (at most 1; the engine has a
-    memory and a compute factor); the request overhead is max(r_engine + delta_model, 0).
+    memory and a compute factor); the prefill factor is the engine's times the model's; the
+    request overhead is the engine's.
     """
     f = np.asarray(values.get("model.efficiency_factor", 1.0))
     serving = {
@@ -117,10 +119,9 @@ def compose(base: ServingParams, values: dict):
                                          * np.asarray(values.get("math.compute_factor", 1.0)), 1.0),
         "allreduce_latency_nvlink_s": values["gpu.allreduce_latency_nvlink_s"],
         "step_overhead_s": values["engine.step_overhead_s"],
-        "prefill_compute_factor": values.get("engine.prefill_compute_factor", 1.0),
-        "request_overhead_s": np.maximum(values["engine.request_overhead_s"]
-                                         + np.asarray(values.get("model.request_overhead_delta_s", 0.0)),
-                                         0.0),
+        "prefill_compute_factor": np.asarray(values.get("engine.prefill_compute_factor", 1.0))
+        * np.asarray(values.get("model.prefill_factor", 1.0)),
+        "request_overhead_s": values["engine.request_overhead_s"],
     }
     harness = {h: values[f"engine.{h}"] for h in HARNESS_FIELDS if f"engine.{h}" in values}
     return base.with_overrides(**{k: np.asarray(v, dtype=float) for k, v in serving.items()}), harness
@@ -334,7 +335,8 @@ def write_calibration(calibration: Calibration, path: str | Path) -> None:
               "# Hardware values per GPU (gpus), software values per engine release -> engine (releases,\n"
               "# engines), both falling back to the global fit (default); math and models adjust on top\n"
               "# when the caller passes math modes and model ids. Efficiency = eta_gpu * engine factor *\n"
-              "# math factor * model factor (<= 1); request overhead = engine value + model delta (>= 0).\n"
+              "# math factor * model factor (<= 1); prefill factor = engine value * model value;\n"
+              "# request overhead = engine value (online runs).\n"
               "# rows / median_ape_pct: the rows of the group and their median absolute percentage error\n"
               "# per metric family with these values. Regenerate with `fitted.command`.\n")
     text = yaml.safe_dump(calibration.to_dict(), sort_keys=False, default_flow_style=False, width=100)

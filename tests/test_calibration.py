@@ -83,6 +83,16 @@ def test_model_and_math_adjustments_apply_only_when_asked(shipped):
             min(np.asarray(plain.compute_efficiency)[0] * shipped.maths[math]["compute_factor"], 1.0))
 
 
+def test_model_prefill_factor_multiplies_the_engine_prefill_factor(shipped):
+    base = ServingParams()
+    model = next(m for m, v in shipped.models.items() if v.get("prefill_factor", 1.0) != 1.0)
+    plain = shipped.params_for(base, ["h100-sxm"], engine="vllm")
+    adjusted = shipped.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[model])
+    assert np.asarray(adjusted.prefill_compute_factor)[0] == pytest.approx(
+        np.asarray(plain.prefill_compute_factor)[0] * shipped.models[model]["prefill_factor"])
+    assert np.asarray(adjusted.request_overhead_s)[0] == pytest.approx(np.asarray(plain.request_overhead_s)[0])
+
+
 def test_search_applies_the_per_math_compute_factor(shipped):
     """Planned candidates get the calibration's math factor: an NVFP4 row on B200 (FP4 math)
     and a BF16 row differ in compute efficiency by exactly the ratio of the two factors."""
