@@ -158,7 +158,7 @@ def _predicted_latency(problem: Problem, candidates: pd.DataFrame,
         latency.loc[part.index, "ttft_p95_s"] = state["ttft_p95_s"]
         latency.loc[part.index, "tpot_p95_s"] = state["tpot_p95_s"]
     out = []
-    for i, (_, routing) in enumerate(plans):
+    for i in range(len(plans)):
         mine = rows_all["_plan"] == i
         done = pd.concat([rows_all.loc[mine], latency.loc[mine]], axis=1).drop(columns=["_plan", "_load"])
         out.append(done.sort_values(["candidate_id", "workload"], ignore_index=True))
