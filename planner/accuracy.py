@@ -215,7 +215,7 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
     df["assumptions"] = assumptions.str.rstrip("; ")
     keep = reason == ""
     df["math"] = None
-    df.loc[keep, "math"] = math_modes(catalog, df.loc[keep, "gpu_id"], df.loc[keep, "quantization"])
+    df.loc[keep, "math"] = catalog.math_modes(df.loc[keep, "gpu_id"], df.loc[keep, "quantization"])
     rows = df[keep].copy()
     rows["model"] = rows.pop("model_id")
     rows["gpu"] = rows.pop("gpu_id")
@@ -223,11 +223,6 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
     skipped = pd.DataFrame({"id": df.loc[~keep, "id"], "metric": df.loc[~keep, "metric"],
                             "reason": reason[~keep]})
     return rows.reset_index(drop=True), skipped.reset_index(drop=True)
-
-
-def math_modes(catalog: Catalog, gpu_ids, formats) -> np.ndarray:
-    """The tensor-core math each (GPU, weight format) runs (:meth:`Catalog.math_modes`)."""
-    return catalog.math_modes(gpu_ids, formats)
 
 
 def _label(value) -> str:

@@ -198,7 +198,7 @@ class Calibration:
         model_ids : array-like of str, optional
             Catalog model id per row: applies the per-model adjustments too.
         math_modes : array-like of str, optional
-            Tensor-core math per row (:func:`planner.accuracy.math_modes`: bf16, fp8, fp4,
+            Tensor-core math per row (:meth:`planner.catalog.Catalog.math_modes`: bf16, fp8, fp4,
             int8 or weight-only): applies the per-math compute factors too.
 
         Returns
