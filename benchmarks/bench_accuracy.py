@@ -16,17 +16,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from planner.accuracy import load_measurements, prepare_rows, score_rows
-from planner.calibration import FitOptions, cross_validate, fit_calibration, load_calibration
+from planner.accuracy import add_families, load_measurements, prepare_rows, score_rows
+from planner.calibration import (FitOptions, cross_validate, fit_calibration, load_calibration,
+                                 predict_calibrated)
 from planner.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGETS = {"tpot_itl": 15.0, "ttft": 25.0, "throughput": 20.0}
+FAMS = tuple(TARGETS)
 
 
 def _family(quantity: str) -> str:
@@ -104,6 +107,30 @@ def worst_table(cal: pd.DataFrame, n: int = 10) -> str:
     return "\n".join(lines)
 
 
+#: Which tables of a fold's fit each row of the transfer table replaces with the full fit's.
+SWAPS = {"hardware (per GPU)": ("gpus",), "software (global, per engine and release)":
+         ("default", "engines", "releases"), "math": ("maths",), "model": ("models",)}
+
+
+def transfer_table(catalog, rows: pd.DataFrame, cv: dict, full) -> str:
+    """Out-of-fold median APE when one level of each fold's fit is replaced by the full fit's
+    values (which saw the held-out pairs): how much of the gap each level's values carry."""
+    fams = add_families(rows.reset_index(drop=True))
+    measured, fold = fams["value"].to_numpy(float), cv["fold_of"]
+    lines = ["| values taken from the full fit | " + " | ".join(f"{f} OOF median APE %" for f in FAMS) + " |",
+             "|---|" + "---:|" * len(FAMS)]
+    for label, tables in {"none (plain out-of-fold)": (), **SWAPS}.items():
+        pred = np.full(len(fams), np.nan)
+        for k, fit in enumerate(cv["fits"]):
+            test = fold == k
+            cal = replace(fit, **{t: getattr(full, t) for t in tables})
+            pred[test] = predict_calibrated(catalog, fams[test].reset_index(drop=True), cal)
+        ape = pd.Series(np.abs(pred - measured) / measured * 100.0)
+        med = ape.groupby(fams["family"]).median()
+        lines.append(f"| {label} | " + " | ".join(f"{med.get(f, np.nan):.1f}" for f in FAMS) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--file", default=str(ROOT / "benchmarks" / "data" / "measurements.csv"))
@@ -143,7 +170,7 @@ def main() -> None:
     if not args.no_cv:
         t2 = time.perf_counter()
         rows, _ = prepare_rows(measurements, catalog)
-        cv = cross_validate(catalog, rows, args.folds, FitOptions())
+        cv = cross_validate(catalog, rows, args.folds, FitOptions(), keep_fits=True)
         print(f"cross-validation: {time.perf_counter() - t2:.1f} s", file=sys.stderr)
         print(f"### {args.folds}-fold cross-validation grouped by (model, GPU)\n")
         print("| metric family | rows | in-fold median APE % | out-of-fold median APE % | gap (points) |")
@@ -160,6 +187,9 @@ def main() -> None:
               "(what a single measurement per new pair would fix): "
               + ", ".join(f"{fam} {np.median(np.abs(np.expm1(centred[fams == fam]))) * 100:.1f}"
                           for fams in [oof["quantity"].map(_family)] for fam in sorted(fams.unique())))
+        print("\nWhere the gap sits: each fold's fit predicts its held-out rows with one level's values "
+              "replaced by the full fit's (which saw those pairs)\n")
+        print(transfer_table(catalog, rows, cv, calibration))
         print("\n| fold | held-out (model, GPU) pairs | out-of-fold median APE % per family |")
         print("|---:|---|---|")
         for f in cv["per_fold"]:

@@ -34,8 +34,9 @@ LEVELS = ("gpu", "engine", "release", "math", "model")
 @dataclass(frozen=True)
 class ParamSpec:
     """One calibrated parameter: bounds [lower, upper] (SI units), its search coordinate u
-    (``log``: u = ln x, else u = x / scale; ``step``: the first step in u) and its neutral
-    value (what a missing group means for factors and deltas)."""
+    (``log``: u = ln x, else u = x / scale; ``step``: the first step in u), its neutral
+    value (what a missing group means for factors and deltas) and, where it differs from
+    the fit's setting, how many distinct partners a group needs (``min_other``)."""
 
     lower: float
     upper: float
@@ -44,6 +45,8 @@ class ParamSpec:
     step: float = 0.25
     neutral: float | None = None
     description: str = ""
+    #: Distinct partners a group needs for this parameter (None: ``FitOptions.min_other``).
+    min_other: int | None = None
 
     def to_u(self, x):
         x = np.clip(np.asarray(x, dtype=float), self.lower, self.upper)
@@ -91,10 +94,14 @@ MATH_PARAMETERS: dict[str, ParamSpec] = {
 MODEL_PARAMETERS: dict[str, ParamSpec] = {
     "efficiency_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
                                    description="multiplies memory and compute efficiency"),
-    "prefill_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
+    "prefill_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0, min_other=1,
                                 description="multiplies the prefill compute factor (the model's prefill "
                                             "path: MoE grouped GEMMs and routing, MLA attention)"),
 }
+#: The efficiency factor multiplies both of a GPU's efficiencies, so it separates from the GPU
+#: only with two GPUs; the prefill factor scales the prefill path alone, which the GPU's compute
+#: efficiency (fitted on every model's decode and prefill) already pins on one GPU. Groups of one
+#: GPU get a prefill factor: out of fold it lowered every family's error (docs/accuracy.md).
 LEVEL_PARAMETERS = {"gpu": GPU_PARAMETERS, "engine": ENGINE_PARAMETERS, "release": ENGINE_PARAMETERS,
                     "math": MATH_PARAMETERS, "model": MODEL_PARAMETERS}
 #: Parameters of the global fit (the engine's efficiency factor is 1 there by definition).
@@ -380,10 +387,11 @@ class FitOptions:
 
     min_rows: rows a group needs for its own values; min_other: distinct values of the
     other factor a group needs (models per GPU, GPUs per engine, GPUs per model), so that
-    the factors separate; prior_weight: pull toward the parent values (loss units per
-    squared double step, divided by the group's rows); iterations: compass-search sweeps
-    per level; rounds: sweeps over the levels; clip_log_error: |ln(pred/measured)| above
-    this counts as this (robust to gross outliers); levels: which levels to fit.
+    the factors separate (a parameter's own ``ParamSpec.min_other`` overrides it);
+    prior_weight: pull toward the parent values (loss units per squared double step,
+    divided by the group's rows); iterations: compass-search sweeps per level; rounds:
+    sweeps over the levels; clip_log_error: |ln(pred/measured)| above this counts as this
+    (robust to gross outliers); levels: which levels to fit.
     """
 
     min_rows: int = 20
@@ -454,13 +462,31 @@ def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, opt
     return u
 
 
-def eligible_groups(rows: pd.DataFrame, level: str, options: FitOptions) -> list:
-    """Keys of ``level`` with at least ``min_rows`` rows and ``min_other`` distinct partners."""
+def eligible_groups(rows: pd.DataFrame, level: str, options: FitOptions,
+                    min_other: int | None = None) -> list:
+    """Keys of ``level`` with at least ``min_rows`` rows and ``min_other`` distinct partners
+    (``options.min_other`` unless given)."""
     rows = rows.assign(pair=rows["model"].astype(str) + "|" + rows["gpu"].astype(str))
     if "release" not in rows:
         rows = rows.assign(release=np.nan)
+    need = options.min_other if min_other is None else min_other
     stats = rows.groupby(level).agg(n=("value", "size"), other=(_OTHER[level], "nunique"))
-    return sorted(stats[(stats["n"] >= options.min_rows) & (stats["other"] >= options.min_other)].index)
+    return sorted(stats[(stats["n"] >= options.min_rows) & (stats["other"] >= need)].index)
+
+
+def parameter_batches(level: str, rows: pd.DataFrame, options: FitOptions) -> list:
+    """``[(group keys, {name: ParamSpec})]`` to search for ``level``: its parameters batched
+    by the partners their groups need (most first), each with its eligible groups."""
+    specs = LEVEL_PARAMETERS[level]
+    if level in ("engine", "release"):
+        specs = {k: v for k, v in specs.items() if k in options.engine_parameters}
+    need = {n: options.min_other if s.min_other is None else s.min_other for n, s in specs.items()}
+    batches = []
+    for m in sorted(set(need.values()), reverse=True):
+        keys = eligible_groups(rows, level, options, m)
+        if keys:
+            batches.append((keys, {n: s for n, s in specs.items() if need[n] == m}))
+    return batches
 
 
 def fit_calibration(catalog, rows: pd.DataFrame, base: ServingParams | None = None,
@@ -564,17 +590,14 @@ def fit_calibration(catalog, rows: pd.DataFrame, base: ServingParams | None = No
             if level is None:
                 default.update(fitted)
             else:
-                tables[level][keys[g]] = fitted
+                tables[level].setdefault(keys[g], {}).update(fitted)
 
     search(None, [], DEFAULT_PARAMETERS)
-    groups = {level: eligible_groups(rows, level, options) for level in options.levels}
+    batches = {level: parameter_batches(level, rows, options) for level in options.levels}
     for round_ in range(options.rounds):
         for level in options.levels:
-            specs = LEVEL_PARAMETERS[level]
-            if level in ("engine", "release"):
-                specs = {k: v for k, v in specs.items() if k in options.engine_parameters}
-            if groups[level] and specs:
-                search(level, groups[level], specs)
+            for keys, specs in batches[level]:
+                search(level, keys, specs)
         log.info("calibration round %d/%d done", round_ + 1, options.rounds)
     cal = calibration()
     cal = Calibration(default=cal.default, gpus=cal.gpus, engines=cal.engines, releases=cal.releases,
@@ -623,7 +646,7 @@ def group_folds(rows: pd.DataFrame, folds: int = 5, by=("model", "gpu")) -> np.n
 
 
 def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOptions | None = None,
-                   base: ServingParams | None = None) -> dict:
+                   base: ServingParams | None = None, keep_fits: bool = False) -> dict:
     """K-fold cross-validation of :func:`fit_calibration`, folds grouped by (model, GPU).
 
     Returns
@@ -631,7 +654,8 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
     dict: ``folds``; ``by_family``: per metric family ``n``, ``in_fold_median_ape_pct`` (the
     training rows of every fold, pooled), ``out_of_fold_median_ape_pct`` (every row predicted
     by the fit that did not see its (model, GPU) pair, pooled) and ``gap_pct``; ``per_fold``;
-    ``predictions``: the out-of-fold prediction per row id.
+    ``predictions``: the out-of-fold prediction per row id; with ``keep_fits``, ``fits``: the
+    fold's Calibration per fold and ``fold_of``: the fold per row (in ``rows`` order).
     """
     from planner.accuracy import add_families
 
@@ -639,10 +663,11 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
     fold = group_folds(rows, folds)
     measured = rows["value"].to_numpy(float)
     oof = np.full(len(rows), np.nan)
-    inside, per_fold = [], []
+    inside, per_fold, fits = [], [], []
     for k in range(folds):
         train, test = fold != k, fold == k
         cal = fit_calibration(catalog, rows[train], base, options)
+        fits.append(cal)
         pred_train = predict_calibrated(catalog, rows[train].reset_index(drop=True), cal, base)
         oof[test] = predict_calibrated(catalog, rows[test].reset_index(drop=True), cal, base)
         ape_train = np.abs(pred_train - measured[train]) / measured[train] * 100.0
@@ -661,8 +686,9 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
         b = float(np.nanmedian(ape_oof[rows["family"].to_numpy() == fam]))
         by_family[fam] = {"n": int((rows["family"] == fam).sum()), "in_fold_median_ape_pct": round(a, 1),
                           "out_of_fold_median_ape_pct": round(b, 1), "gap_pct": round(b - a, 1)}
-    return {"folds": folds, "grouped_by": ["model", "gpu"], "by_family": by_family, "per_fold": per_fold,
-            "predictions": dict(zip(rows["id"], oof))}
+    result = {"folds": folds, "grouped_by": ["model", "gpu"], "by_family": by_family, "per_fold": per_fold,
+              "predictions": dict(zip(rows["id"], oof))}
+    return {**result, "fits": fits, "fold_of": fold} if keep_fits else result
 
 
 def _family_medians(families: pd.Series, ape: np.ndarray) -> dict:

@@ -79,8 +79,8 @@ def cmd_accuracy(args) -> int:
 
 def cmd_calibrate(args) -> int:
     from planner.accuracy import accuracy_report, load_measurements, prepare_rows
-    from planner.calibration import (FitOptions, cross_validate, file_sha256, fit_calibration,
-                                     write_calibration)
+    from planner.calibration import (LEVEL_PARAMETERS, FitOptions, cross_validate, file_sha256,
+                                     fit_calibration, write_calibration)
     from planner.schema import PlanningInputError
 
     catalog = _catalog(args)
@@ -100,6 +100,9 @@ def cmd_calibrate(args) -> int:
                                 f"{options.clip_log_error}) (metric families weigh the same) + prior "
                                 f"(weight {options.prior_weight}) toward the parent values",
                    "min_rows": options.min_rows, "min_other": options.min_other,
+                   "min_other_by_parameter": {f"{level}.{n}": spec.min_other
+                                              for level, specs in LEVEL_PARAMETERS.items()
+                                              for n, spec in specs.items() if spec.min_other is not None},
                    "rounds": options.rounds, "iterations": options.iterations},
     }
     print(f"fitting {len(rows)} rows of {args.file} ...", file=sys.stderr)

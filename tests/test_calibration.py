@@ -148,6 +148,26 @@ def test_fit_improves_the_objective_and_is_deterministic(catalog, sample_rows):
     assert cal.stats["default"]["rows"] == len(sample_rows)
 
 
+def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sample_rows):
+    """A model measured on one GPU gets a prefill factor but no efficiency factor (that one
+    needs two GPUs to separate from the GPU's efficiencies); both batches are searched."""
+    gpus_of = sample_rows.groupby("model")["gpu"].nunique()
+    one, many = gpus_of[gpus_of == 1].index, gpus_of[gpus_of >= 2].index
+    rows = sample_rows[sample_rows["model"].isin([one[0], many[0]])]
+    options = C.FitOptions(iterations=2, rounds=1, min_rows=1, levels=("model",))
+    batches = C.parameter_batches("model", rows, options)
+    assert [(keys, sorted(specs)) for keys, specs in batches] == [
+        ([many[0]], ["efficiency_factor"]), (sorted([one[0], many[0]]), ["prefill_factor"])]
+    assert C.eligible_groups(rows, "model", options) == [many[0]]  # the fit's own rule: 2 GPUs
+    cal = C.fit_calibration(catalog, rows, options=options)
+    assert set(cal.models[one[0]]) == {"prefill_factor"}
+    assert set(cal.models[many[0]]) == {"efficiency_factor", "prefill_factor"}
+    # the missing factor is neutral where the calibration is applied
+    p = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[one[0]])
+    plain = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm")
+    assert np.asarray(p.memory_efficiency)[0] == pytest.approx(np.asarray(plain.memory_efficiency)[0])
+
+
 def test_group_folds_keep_model_gpu_pairs_together(sample_rows):
     folds = C.group_folds(sample_rows, 5)
     pairs = sample_rows["model"] + "|" + sample_rows["gpu"]
