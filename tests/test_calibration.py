@@ -148,7 +148,7 @@ def test_fit_improves_the_objective_and_is_deterministic(catalog, sample_rows):
     assert cal.stats["default"]["rows"] == len(sample_rows)
 
 
-def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sample_rows):
+def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sample_rows, tmp_path):
     """A model measured on one GPU gets a prefill factor but no efficiency factor (that one
     needs two GPUs to separate from the GPU's efficiencies); both batches are searched."""
     gpus_of = sample_rows.groupby("model")["gpu"].nunique()
@@ -166,6 +166,25 @@ def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sampl
     p = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[one[0]])
     plain = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm")
     assert np.asarray(p.memory_efficiency)[0] == pytest.approx(np.asarray(plain.memory_efficiency)[0])
+    path = tmp_path / "partial.yaml"  # a model entry with one of the two factors loads back
+    C.write_calibration(cal, path)
+    assert C.load_calibration(path).models[one[0]] == pytest.approx(cal.models[one[0]], rel=1e-3)
+
+
+def test_cross_validation_predicts_each_pair_with_the_fit_that_did_not_see_it(catalog, sample_rows):
+    options = C.FitOptions(iterations=2, rounds=1, min_rows=8, levels=("gpu", "model"))
+    cv = C.cross_validate(catalog, sample_rows, 2, options, keep_fits=True)
+    rows = sample_rows.reset_index(drop=True)
+    assert len(cv["fits"]) == 2 and (cv["fold_of"] == C.group_folds(rows, 2)).all()
+    oof = rows["id"].map(cv["predictions"]).to_numpy()
+    for k, fit in enumerate(cv["fits"]):
+        test = cv["fold_of"] == k
+        assert not set(rows.loc[test, "gpu"] + rows.loc[test, "model"]) & set(
+            rows.loc[~test, "gpu"] + rows.loc[~test, "model"])
+        again = C.predict_calibrated(catalog, rows[test].reset_index(drop=True), fit)
+        np.testing.assert_allclose(oof[test], again)
+    for fam, s in cv["by_family"].items():
+        assert s["gap_pct"] == pytest.approx(s["out_of_fold_median_ape_pct"] - s["in_fold_median_ape_pct"], abs=0.11)
 
 
 def test_group_folds_keep_model_gpu_pairs_together(sample_rows):
