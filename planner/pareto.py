@@ -7,6 +7,8 @@ is solved again: once over all GPU types (the mixed front) and once per GPU type
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -89,15 +91,25 @@ def _solve_point(instance, options, previous):
 
 
 def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: int | None = None,
-                  metrics=METRICS, per_gpu: bool = True) -> pd.DataFrame:
+                  metrics=METRICS, per_gpu: bool = True, prove_unique_plan: bool = False) -> pd.DataFrame:
     """Points (front, metric, target_s, status, cost) of the mixed and per-GPU-type fronts.
 
     ``front`` is ``"mixed"`` or a GPU id; a point whose solve is infeasible has NaN cost.
     ``per_gpu=False`` computes the mixed fronts only.
+
+    Points are solved by one CP-SAT worker (deterministic for a given model and seed)
+    without the lexicographic uniqueness proof of the plan's own solve, unless
+    ``prove_unique_plan``: the cost is the proven minimum either way. Equal-cost plans tie
+    in the weighted replica sum often enough that the parallel search alone would not
+    repeat its deployments; the proof took 80-95 % of the front's time on the large
+    benchmark problem (``benchmarks/bench_large_problem.py``: 47.7 s with the proof and
+    8 workers, 17.2 s with one worker and no proof).
     """
     from planner.pipeline import planning_instance, usd_per_million_tokens
 
     points = points or problem.spec.optimize.pareto_points
+    options = replace(options, prove_unique_plan=prove_unique_plan,
+                      num_workers=options.num_workers if prove_unique_plan else 1)
     feasible = candidates[candidates["feasible"]]
     gpu_types = sorted(feasible["gpu"].unique()) if per_gpu else []
     curves = _curves(problem, feasible)

@@ -115,6 +115,14 @@ def test_fronts(tmp_path):
     # The loosest point of the mixed front is the optimum itself.
     loosest = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == "tpot_p95_s")].iloc[-1]
     assert loosest["usd_per_hour"] == pytest.approx(result.plans[0].usd_per_hour)
+    # Front points skip the uniqueness proof; with it every cost is the same.
+    from planner.pareto import pareto_fronts
+    from planner.pipeline import solver_options
+
+    proven = pareto_fronts(result.problem, result.candidates, solver_options(result.problem),
+                           metrics=("tpot_p95_s",), per_gpu=False, prove_unique_plan=True)
+    mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == "tpot_p95_s")]
+    np.testing.assert_allclose(proven["usd_per_hour"].to_numpy(), mixed["usd_per_hour"].to_numpy())
 
 
 def test_infeasible_budget_exits_3_with_verified_relaxation(tmp_path):
