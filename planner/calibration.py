@@ -90,7 +90,11 @@ MATH_PARAMETERS: dict[str, ParamSpec] = {
     "compute_factor": ParamSpec(0.2, 3.0, log=True, step=0.2, neutral=1.0,
                                 description="multiplies compute efficiency for this math"),
 }
-#: Per-model adjustments (applied when the caller passes model ids).
+#: Per-model adjustments (applied when the caller passes model ids). The efficiency factor
+#: multiplies both of a GPU's efficiencies, so it separates from the GPU only with two GPUs;
+#: the prefill factor scales the prefill path alone, which the GPU's compute efficiency (fitted
+#: on every model) already pins on one GPU, so groups of one GPU get it (``min_other=1``): out
+#: of fold this lowered every family's error (docs/accuracy.md).
 MODEL_PARAMETERS: dict[str, ParamSpec] = {
     "efficiency_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
                                    description="multiplies memory and compute efficiency"),
@@ -98,10 +102,6 @@ MODEL_PARAMETERS: dict[str, ParamSpec] = {
                                 description="multiplies the prefill compute factor (the model's prefill "
                                             "path: MoE grouped GEMMs and routing, MLA attention)"),
 }
-#: The efficiency factor multiplies both of a GPU's efficiencies, so it separates from the GPU
-#: only with two GPUs; the prefill factor scales the prefill path alone, which the GPU's compute
-#: efficiency (fitted on every model's decode and prefill) already pins on one GPU. Groups of one
-#: GPU get a prefill factor: out of fold it lowered every family's error (docs/accuracy.md).
 LEVEL_PARAMETERS = {"gpu": GPU_PARAMETERS, "engine": ENGINE_PARAMETERS, "release": ENGINE_PARAMETERS,
                     "math": MATH_PARAMETERS, "model": MODEL_PARAMETERS}
 #: Parameters of the global fit (the engine's efficiency factor is 1 there by definition).
