@@ -152,14 +152,20 @@ def cmd_validate(args) -> int:
     from planner.problem import load_problem
 
     problem = load_problem(args.problem, _catalog(args))
+    _print_warnings(problem)
     summary = {"problem": problem.name, "valid": True, "workloads": [w.name for w in problem.workloads],
                "gpus": list(problem.gpus), "quantization": list(problem.quantization),
-               "kv_cache_dtypes": list(problem.kv_cache_dtypes)}
+               "kv_cache_dtypes": list(problem.kv_cache_dtypes), "warnings": list(problem.warnings)}
     if args.json:
         print(jsonio.dumps(summary))
     else:
         print(f"{args.problem}: valid ({len(problem.workloads)} workloads, {len(problem.gpus)} GPU types)")
     return EXIT_OK
+
+
+def _print_warnings(problem) -> None:
+    for line in problem.warnings:
+        print(f"warning: {problem.path}: {line}", file=sys.stderr)
 
 
 def cmd_solve(args) -> int:
@@ -172,6 +178,7 @@ def cmd_solve(args) -> int:
         from planner.outputs.writer import check_out_dir
 
         check_out_dir(args.out)
+    _print_warnings(problem)
     print(f"solving {problem.name} ...", file=sys.stderr)
     result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=not args.no_pareto)
     if args.out:

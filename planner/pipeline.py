@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from planner.format_rules import with_quality
 from planner.optimize import PlanningInstance, SolverOptions, SolveStatus, k_best
 from planner.optimize.prune import prefilter_dominated
 from planner.problem import Problem
@@ -190,7 +191,8 @@ def _rank_plans(problem, candidates, solutions) -> list[RankedPlan]:
     ordered = sorted(zip(solutions, latencies), key=key)
     return [RankedPlan(rank=i, usd_per_hour=plan.usd_per_hour,
                        usd_per_million_tokens=usd_per_million_tokens(problem, plan.usd_per_hour),
-                       deployments=plan.deployments, routing=routing, gpus_by_type=plan.gpus_by_type)
+                       deployments=with_quality(problem, plan.deployments), routing=routing,
+                       gpus_by_type=plan.gpus_by_type)
             for i, ((_, plan), routing) in enumerate(ordered, start=1)]
 
 

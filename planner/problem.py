@@ -16,12 +16,21 @@ from planner.catalog import Catalog, load_catalog, suggest
 from planner.schema import PlanningInputError, Strict
 from planner.traffic import Empirical, Fixed, LengthDistribution, LogNormal
 from planner.units import SECONDS_PER_DAY
-from planner.yamlio import parse_model, read_yaml
+from planner.yamlio import allowed_keys, parse_model, read_yaml, unknown_key_message
 
 #: Default max-batch grid of the search (engines' typical max_num_seqs values).
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (1, 2, 4)
+#: GPU segments (gpus.yaml ``segment``) searched when ``search.gpus`` is omitted; GPUs of
+#: other segments (workstation, consumer, apple) come in only when named.
+DEFAULT_GPU_SEGMENTS = ("datacenter",)
+#: Length quantile of prompt + output that must fit the model's context window (else invalid).
+CONTEXT_REJECT_QUANTILE = 0.95
+#: Tail quantile of prompt + output checked against the window for a warning.
+CONTEXT_WARN_QUANTILE = 0.999
+#: Default minimum published accuracy recovery of a weight format (``quality.min_recovery``).
+DEFAULT_MIN_RECOVERY = 0.99
 
 
 class MeanP95(Strict):
@@ -73,9 +82,10 @@ def _parse_length_spec(value):
         try:
             return cls.model_validate(value)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
             where = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            msg = unknown_key_message(err["loc"][-1], allowed_keys(cls, err["loc"])) if err["type"] == "extra_forbidden" \
+                else err["msg"].removeprefix("Value error, ")
             raise ValueError(f"{where}: {msg}" if where else msg) from None
     if isinstance(value, (MeanP95, HistogramSpec)):
         return value
@@ -171,6 +181,15 @@ class OptimizeOptions(Strict):
     pareto_points: int = Field(default=10, ge=2)
 
 
+class QualityOptions(Strict):
+    """Accuracy gate of quantized formats (catalogs/quality.yaml)."""
+
+    #: Formats whose published recovery is below this fraction of the unquantized score are rejected.
+    min_recovery: float = Field(default=DEFAULT_MIN_RECOVERY, gt=0, le=1)
+    #: Use formats with no published figure for the model (reported as unverified).
+    allow_unverified_formats: bool = False
+
+
 class ServingOverrides(Strict):
     #: 'default' (catalogs/calibration.yaml), 'none' (the seeds' constants) or a YAML path.
     calibration: str = "default"
@@ -198,6 +217,7 @@ class ProblemSpec(Strict):
     constraints: Constraints = Constraints()
     optimize: OptimizeOptions = OptimizeOptions()
     serving: ServingOverrides = ServingOverrides()
+    quality: QualityOptions = QualityOptions()
     procurement: dict | None = None
 
     @field_validator("capacity_table")
@@ -265,6 +285,8 @@ class Problem(Strict):
     catalog: Catalog
     imported_models: dict
     calibration: object = None
+    #: Valid-but-risky findings (one line each, with the YAML path), printed on stderr and in the JSON.
+    warnings: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -302,9 +324,43 @@ def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
     return Empirical(prompts, ones, "trace"), Empirical(outputs, ones, "trace")
 
 
+def _default_gpus(spec: ProblemSpec, catalog: Catalog) -> tuple[str, ...]:
+    """GPUs searched without ``search.gpus``: the :data:`DEFAULT_GPU_SEGMENTS` ones, plus any
+    GPU the problem names in ``inventory`` (owned hardware is always a candidate)."""
+    owned = set()
+    for name in spec.inventory:
+        try:
+            owned.add(catalog.gpu(name).id)
+        except PlanningInputError:
+            pass  # reported under inventory.<name>
+    return tuple(sorted(g for g, gpu in catalog.gpus.entries.items()
+                        if gpu.segment in DEFAULT_GPU_SEGMENTS or g in owned))
+
+
+def _check_context(where: str, model_id: str, window: int, prompt: LengthDistribution,
+                   output: LengthDistribution, problems: list[str], warnings: list[str]) -> None:
+    """p95 prompt + p95 output beyond the context window is invalid; a tail beyond it warns."""
+    p95 = prompt.quantile(CONTEXT_REJECT_QUANTILE) + output.quantile(CONTEXT_REJECT_QUANTILE)
+    mean = prompt.mean + output.mean
+    if mean > window:
+        problems.append(f"{where}.prompt_tokens: mean prompt + mean output = {mean:.0f} tokens exceeds "
+                        f"{model_id}'s context of {window} tokens")
+    elif p95 > window:
+        problems.append(f"{where}.prompt_tokens: p95 prompt + p95 output = {p95:.0f} tokens exceeds "
+                        f"{model_id}'s context of {window} tokens")
+    else:
+        q = CONTEXT_WARN_QUANTILE
+        tail = prompt.quantile(q) + output.quantile(q)
+        if tail > window:
+            warnings.append(f"{where}.prompt_tokens: the {q:.1%} quantile of prompt + output = {tail:.0f} tokens "
+                            f"exceeds {model_id}'s context of {window} tokens: the longest requests will be "
+                            f"rejected by the engine (the launch settings cap the length at the window)")
+
+
 def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     """Check ``spec`` against the catalog and resolve ids; all problems reported at once."""
     problems: list[str] = []
+    warnings: list[str] = []
     base = Path(path).parent
     imported: dict = {}
 
@@ -351,10 +407,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
                     problems.append(f"{where}.{key}: required key is missing (or give trace_csv)")
             if model_id is not None and prompt is not None and output is not None:
                 spec_m = imported.get(model_id) or catalog.model(model_id)
-                if prompt.mean + output.mean > spec_m.max_context_tokens:
-                    problems.append(f"{where}.prompt_tokens: mean prompt + mean output = "
-                                    f"{prompt.mean + output.mean:.0f} tokens exceeds {model_id}'s context "
-                                    f"of {spec_m.max_context_tokens} tokens")
+                _check_context(where, model_id, spec_m.max_context_tokens, prompt, output, problems, warnings)
             if w.slo is None:
                 problems.append(f"{where}.slo: required key is missing")
         rate = w.rate_per_s
@@ -372,7 +425,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
 
     s = spec.search
     gpus = tuple(dict.fromkeys(g.id for i, name in enumerate(s.gpus) if (g := check(catalog.gpu, name, f"search.gpus[{i}]")))) \
-        if s.gpus is not None else tuple(sorted(catalog.gpus.entries))
+        if s.gpus is not None else _default_gpus(spec, catalog)
     quants = tuple(dict.fromkeys(q.id for i, name in enumerate(s.quantization)
                                  if (q := check(catalog.weight_format, name, f"search.quantization[{i}]")))) \
         if s.quantization is not None else tuple(catalog.weight_formats.entries)
@@ -383,6 +436,13 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     for key, table in (("inventory", spec.inventory), ("prices", spec.prices)):
         for gpu in table:
             check(catalog.gpu, gpu, f"{key}.{gpu}")
+    if spec.serving.engine is not None:
+        from planner.compat import engine_table
+
+        engines = sorted({row.engine for row in engine_table(catalog).support})
+        if spec.serving.engine not in engines:
+            problems.append(f"serving.engine: unknown engine '{spec.serving.engine}'"
+                            f"{suggest(spec.serving.engine, engines)} (one of {', '.join(engines)})")
     for i, w in enumerate(spec.constraints.redundancy):
         if w not in names:
             problems.append(f"constraints.redundancy[{i}]: unknown workload '{w}'{suggest(w, names)}")
@@ -420,7 +480,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
         raise PlanningInputError(problems)
     return Problem(spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants,
                    kv_cache_dtypes=kvs, prices_usd_per_gpu_hour=prices, catalog=catalog,
-                   imported_models=imported, calibration=calibration)
+                   imported_models=imported, calibration=calibration, warnings=tuple(warnings))
 
 
 def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:

@@ -16,6 +16,8 @@ import pandas as pd
 
 from planner import parameters
 from planner.configs import config_arrays
+from planner.format_rules import REASONS as FORMAT_REASONS
+from planner.format_rules import format_rejections
 from planner.serving.arrays import ConfigArrays
 from planner.problem import Problem
 from planner.serving import memory
@@ -27,6 +29,7 @@ from planner.serving.queueing import TrafficArrays, capacity_at_slo
 REASONS = (
     "gpu_has_no_compute_figure",
     "quantization_unsupported_on_gpu",
+    *FORMAT_REASONS,  # engine support (serving.engine) and published quality (quality: options)
     "tp_does_not_divide_attention_heads",
     "tp_exceeds_scale_up_domain",
     "pp_exceeds_layers",
@@ -107,6 +110,7 @@ def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {
         "gpu_has_no_compute_figure": no_compute,
         "quantization_unsupported_on_gpu": unsupported,
+        **format_rejections(problem, frame),
         "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
         "tp_exceeds_scale_up_domain": tp > domain,
         "pp_exceeds_layers": frame["pp"].to_numpy() > model.num_layers,

@@ -35,7 +35,8 @@ def test_every_shipped_problem_is_optimal_and_checked(solved, name):
     assert result.status == "optimal"
     assert result.solver["gap"] == 0
     costs = [p.usd_per_hour for p in result.plans]
-    assert costs == sorted(costs) and len(costs) >= 1
+    # ranked by cost (equal within 1e-9 USD/h, the ranking's rounding), then latency
+    assert all(a <= b + 1e-9 for a, b in zip(costs, costs[1:])) and len(costs) >= 1
     instance = planning_instance(result.problem, result.candidates)
     for p in result.plans:
         assert check_plan(instance, p) == []

@@ -65,6 +65,14 @@ def gpus_involved(result, doc: dict) -> list[str]:
     return sorted(gpus)
 
 
+def _quality(d: dict) -> str:
+    """A deployment's published accuracy recovery (catalogs/quality.yaml), or 'unverified'."""
+    q = d.get("quality")
+    if q is None:
+        return "-"
+    return "unverified" if q["recovery"] is None else f"{q['recovery']:.1%}"
+
+
 def _config(d: dict) -> str:
     if "tp" not in d:
         return d.get("name", d["candidate_id"])
@@ -114,9 +122,9 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
         for p in doc["plans"]:
             b.append(("h", 3, f"Plan #{p['rank']}: {p['usd_per_hour']:.2f} USD/h"))
             b.append(("table", ["GPU", "model", "configuration", "replicas", "GPUs/replica", "GPUs",
-                                "USD/h", "load"],
+                                "USD/h", "load", "accuracy recovery"],
                       [[d["gpu"], d.get("model", "-"), _config(d), d["replicas"], d["gpus_per_replica"],
-                        d["gpus"], _num(d["usd_per_hour"]), f"{d['load_fraction']:.0%}"]
+                        d["gpus"], _num(d["usd_per_hour"]), f"{d['load_fraction']:.0%}", _quality(d)]
                        for d in p["deployments"]]))
             b.append(("table", ["workload", "GPU", "configuration", "rate [req/s]",
                                 "predicted p95 TTFT [ms]", "predicted p95 TPOT [ms]"],

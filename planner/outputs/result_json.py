@@ -32,6 +32,8 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame) -> dict:
         "replicas": int(dep["replicas"]), "gpus_per_replica": int(dep["gpus_per_replica"]),
         "gpus": int(dep["gpus"]), "usd_per_hour": float(dep["usd_per_hour"]),
         "load_fraction": float(dep["load_fraction"]),
+        "quality": ({"recovery": _none_if_nan(dep["quality_recovery"]), "source": dep["quality_source"]}
+                    if "quality_source" in dep else None),
         "workloads": {
             r.workload: {"rate_per_s": float(r.rate_per_s),
                          "ttft_p95_s": _none_if_nan(float(r.ttft_p95_s)),
@@ -78,6 +80,7 @@ def result_to_dict(result: PlanResult) -> dict:
         "solver": {k: v for k, v in result.solver.items()},
         "candidates": result.counts,
         "diagnosis": result.diagnosis,
+        "warnings": list(problem.warnings),
         "workloads": [{"name": w.name, "model": w.model, "rate_per_s": w.rate_per_s,
                        "prompt_tokens": w.prompt.describe() if w.prompt else None,
                        "output_tokens": w.output.describe() if w.output else None,
@@ -119,8 +122,11 @@ def result_text(result: PlanResult) -> str:
         for d in p["deployments"]:
             cfg = (f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} max_batch {d['max_batch']}"
                    if "tp" in d else d.get("name", d["candidate_id"]))
+            quality = d.get("quality")
+            rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
+                   else f", quality {quality['recovery']:.1%}")
             lines.append(f"    {d['replicas']:>3} x {d['gpu']:<14} {cfg}  (${d['usd_per_hour']:.2f}/h, "
-                         f"load {d['load_fraction']:.0%})")
+                         f"load {d['load_fraction']:.0%}{rec})")
             for name, w in d["workloads"].items():
                 lat = (f"  p95 TTFT {w['ttft_p95_s'] * 1e3:.0f} ms, p95 TPOT {w['tpot_p95_s'] * 1e3:.1f} ms"
                        if w.get("ttft_p95_s") is not None else "")

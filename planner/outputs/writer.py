@@ -143,6 +143,9 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                    **{k: d.get(k) for k in ("candidate_id", "name", "model", "gpu", "tp", "pp", "quantization",
                                              "kv_cache_dtype", "max_batch", "replicas", "gpus_per_replica",
                                              "gpus", "usd_per_hour", "load_fraction")}}
+            if d.get("quality") is not None:
+                row["quality_recovery"] = d["quality"]["recovery"]
+                row["quality_source"] = d["quality"]["source"]
             for n in names:
                 w = d["workloads"].get(n, {})
                 row[f"rate_per_s[{n}]"] = w.get("rate_per_s", 0.0)
