@@ -99,10 +99,16 @@ def engine_table(catalog) -> EngineTable:
     return _load(str(catalog_file(catalog, ENGINES_FILE)), str(catalog.directory))
 
 
-@lru_cache(maxsize=4)
-def _load(path: str, catalog_dir: str) -> EngineTable:
+def load_table(path: str, catalog_dir: str, cls, check):
+    """Parse the table file ``path`` into ``cls`` and ``check(doc, catalog, path)`` its ids
+    against the catalog of ``catalog_dir`` (shared by engines.yaml and quality.yaml)."""
     from planner.catalog import load_catalog
 
-    table = parse_model(EngineTable, read_yaml(path), path)
-    _check(table, load_catalog(catalog_dir), path)
-    return table
+    doc = parse_model(cls, read_yaml(path), path)
+    check(doc, load_catalog(catalog_dir), path)
+    return doc
+
+
+@lru_cache(maxsize=4)
+def _load(path: str, catalog_dir: str) -> EngineTable:
+    return load_table(path, catalog_dir, EngineTable, _check)

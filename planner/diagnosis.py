@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.format_rules import format_relaxation
 from planner.optimize import diagnose_infeasible
 from planner.problem import Problem
 from planner.search import serving_params, workload_arrays
@@ -84,6 +85,10 @@ def diagnose(problem: Problem, candidates: pd.DataFrame, instance, options) -> l
                 "slo", f"workloads[{i}].slo: tpot_p95_s >= {slo['tpot_p95_s']:.4g} and ttft_p95_s >= "
                        f"{slo['ttft_p95_s']:.4g} (reachable by {relax['candidate']})",
                 {f"workloads[{i}].slo": slo}, ok))
+        elif (fix := format_relaxation(problem, mine)) is not None:
+            message, changes = fix
+            findings.append(_finding(next(iter(changes)).split(".")[0], message,
+                                     changes, _resolve_with(problem, changes)))
         elif problem.spec.search.quantization is not None:
             others = [q for q in problem.catalog.weight_formats.entries if q not in problem.quantization]
             if others:

@@ -46,3 +46,29 @@ def with_quality(problem, deployments: pd.DataFrame) -> pd.DataFrame:
              zip(deployments["model"], deployments["quantization"], deployments["kv_cache_dtype"])]
     return deployments.assign(quality_recovery=[r.recovery for r in found],
                               quality_source=[r.source for r in found])
+
+
+def format_relaxation(problem, rows: pd.DataFrame) -> tuple[str, dict] | None:
+    """The relaxation of the quality gate or the engine restriction that would let ``rows``
+    (one model's candidates, none feasible) back in: (message, {dotted spec key: value}).
+
+    Quality first (the gate rejects whole formats), then the engine; None when neither
+    rejected any row.
+    """
+    reasons = set(rows["infeasible_reason"])
+    if quality.UNVERIFIED in reasons:
+        return ("formats without a published accuracy figure were rejected: allow them "
+                "(quality.allow_unverified_formats: true)", {"quality.allow_unverified_formats": True})
+    if quality.BELOW_MINIMUM in reasons:
+        table = quality.quality_table(problem.catalog)
+        low = rows[rows["infeasible_reason"] == quality.BELOW_MINIMUM]
+        best = max(table.recovery(m, q, k).recovery for m, q, k in
+                   zip(low["model"], low["quantization"], low["kv_cache_dtype"]))
+        floor = np.floor(best * 1000) / 1000
+        return (f"the searched formats' published recovery is at most {best:.4f}: lower "
+                f"quality.min_recovery to {floor:.3f}", {"quality.min_recovery": float(floor)})
+    if reasons & {compat.NO_ARCHITECTURE, compat.NO_FORMAT}:
+        return (f"serving.engine {problem.spec.serving.engine} supports none of the searched GPUs and formats "
+                "(catalogs/engines.yaml): drop serving.engine or search other GPUs/formats",
+                {"serving.engine": None})
+    return None

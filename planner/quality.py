@@ -13,9 +13,8 @@ from functools import lru_cache
 
 from pydantic import Field, model_validator
 
-from planner.compat import catalog_file
+from planner.compat import catalog_file, load_table
 from planner.schema import PlanningInputError, Strict
-from planner.yamlio import parse_model, read_yaml
 
 QUALITY_FILE = "quality.yaml"
 #: Rejection reasons (planner/search.py REASONS), in check order.
@@ -155,8 +154,4 @@ def quality_table(catalog) -> QualityTable:
 
 @lru_cache(maxsize=4)
 def _load(path: str, catalog_dir: str) -> QualityTable:
-    from planner.catalog import load_catalog
-
-    doc = parse_model(QualityCatalog, read_yaml(path), path)
-    _check(doc, load_catalog(catalog_dir), path)
-    return QualityTable(doc)
+    return QualityTable(load_table(path, catalog_dir, QualityCatalog, _check))

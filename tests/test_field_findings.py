@@ -118,6 +118,8 @@ def test_deepseek_fp8_on_a100_is_no_trtllm_plan(tmp_path):
     code, doc, err = solve_json(path)
     assert code == 3, err  # TensorRT-LLM has no FP8 on Ampere: nothing is left
     assert doc["candidates"]["rejected"] == {"engine_unsupported_format": 1}
+    fix = doc["diagnosis"][-1]  # dropping the engine is verified by re-solving
+    assert fix["relaxation"] == {"serving.engine": None} and fix["verified"] is True
 
 
 @pytest.fixture(scope="module")
@@ -302,6 +304,8 @@ def test_unverified_format_needs_the_opt_in(tmp_path):
             "search": search(["h100-sxm"], quant=("int4-awq",), tp=(1, 2))}
     code, doc, _ = solve_json(write(tmp_path, base))
     assert code == 3 and doc["candidates"]["rejected"] == {"quality_unverified": 2}
+    fix = doc["diagnosis"][-1]
+    assert fix["relaxation"] == {"quality.allow_unverified_formats": True} and fix["verified"] is True
     code, doc, err = solve_json(write(tmp_path, {**base, "quality": {"allow_unverified_formats": True}}, "b.yaml"))
     assert code == 0, err
     q = doc["plans"][0]["deployments"][0]["quality"]
@@ -313,6 +317,8 @@ def test_min_recovery_gate(tmp_path):
     base = {"name": "gptq", "workloads": [workload()], "search": search(["l40s"], quant=("int4-gptq",))}
     code, doc, _ = solve_json(write(tmp_path, base))
     assert code == 3 and doc["candidates"]["rejected"] == {"quality_below_min_recovery": 1}
+    fix = doc["diagnosis"][-1]  # the published 0.9748, rounded down
+    assert fix["relaxation"] == {"quality.min_recovery": 0.974} and fix["verified"] is True
     code, doc, err = solve_json(write(tmp_path, {**base, "quality": {"min_recovery": 0.97}}, "b.yaml"))
     assert code == 0, err
     assert doc["plans"][0]["deployments"][0]["quality"]["recovery"] == pytest.approx(67.57 / 69.32)
