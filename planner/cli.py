@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("catalog", help="list catalog entries with their sources")
-    p.add_argument("kind", choices=["gpus", "models", "quantization", "prices"])
+    p.add_argument("kind", choices=["gpus", "models", "quantization", "prices", "engines", "quality"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_catalog)
 

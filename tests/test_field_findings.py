@@ -332,3 +332,14 @@ def test_quality_catalog_rows_cite_sources_and_known_ids(catalog):
         assert row.source.startswith("https://") and 0.9 < row.recovery_fraction <= 1.01
     for fmt in table.doc.lossless_formats:
         assert table.recovery("llama-3.1-8b", fmt, "bf16").recovery == 1.0
+
+
+def test_catalog_command_lists_engines_and_quality():
+    code, out, _ = run("catalog", "quality", "--json")
+    rows = {(r["model"], r["weight_format"]): r for r in json.loads(out)["quality"]}
+    assert code == 0 and rows[("llama-3.1-70b", "int4-gptq")]["recovery"] == pytest.approx(78.54 / 78.67)
+    assert rows[("deepseek-v3", "fp8")]["recovery"] == 1.0 and ("llama-3.1-70b", "int4-awq") not in rows
+    code, out, _ = run("catalog", "engines", "--json")
+    support = {(r["engine"], r["architecture"]): r for r in json.loads(out)["engines"]}
+    assert ("trtllm", "cdna3") not in support and "fp8" not in support[("trtllm", "ampere")]["weight_formats"]
+    assert all(r["source"].startswith("https://") for r in support.values())
