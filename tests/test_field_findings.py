@@ -59,6 +59,8 @@ def test_k8s_names_are_dns_labels_unique_and_short():
     assert a == launch.k8s_name(f"{prefix}-1-llama-3.1-70b-h100-sxm")  # deterministic
     assert launch.k8s_name("Chat_70B") == "chat-70b"  # short names unchanged (no hash)
     assert DNS_1123.match(launch.k8s_name("70b chat"))  # starts with a letter (DNS-1035 for Services)
+    assert launch._label_value("llama-3.1-70b") == "llama-3.1-70b"  # label values may hold dots
+    assert len(launch._label_value("imported-model-" + "x" * 80)) <= 63
 
 
 def test_long_problem_name_gives_distinct_manifests(tmp_path):

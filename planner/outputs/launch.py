@@ -142,6 +142,12 @@ def k8s_name(text: str) -> str:
     return f"{slug[:K8S_NAME_MAX_CHARS - K8S_NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
 
 
+def _label_value(text: str) -> str:
+    """``text`` as a Kubernetes label value (<= 63 of [A-Za-z0-9_.-], alphanumeric at both ends)."""
+    ok = re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", text)
+    return text if ok else k8s_name(text)
+
+
 @dataclass(frozen=True)
 class LaunchSettings:
     """Engine-neutral settings of one deployment (one replica = tp x pp GPUs)."""
@@ -373,7 +379,7 @@ def k8s_objects(s: LaunchSettings) -> list[dict]:
     """The Kubernetes objects of a deployment: a Deployment (a replica within one node) or a
     LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``, one group of ceil(tp pp / 8) pods per
     replica, vLLM over Ray), then a Service in front of the serving pods."""
-    labels = {"app": s.name, "planner/model": s.model, "planner/gpu": s.gpu}
+    labels = {"app": s.name, "planner/model": _label_value(s.model), "planner/gpu": _label_value(s.gpu)}
     probe = {"httpGet": {"path": "/health", "port": SERVER_PORT}, "periodSeconds": 10}
     if s.gpus_per_replica <= GPUS_PER_NODE:
         container = _vllm_container(s, "vllm", ["vllm"], ["serve", "$(MODEL)", *_vllm_args(s)])
