@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from planner.catalog import Catalog, load_catalog, suggest
+from planner.problem_checks import check_context, check_engine, default_gpus
 from planner.schema import PlanningInputError, Strict
 from planner.traffic import Empirical, Fixed, LengthDistribution, LogNormal
 from planner.units import SECONDS_PER_DAY
@@ -22,13 +23,6 @@ from planner.yamlio import allowed_keys, parse_model, read_yaml, unknown_key_mes
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (1, 2, 4)
-#: GPU segments (gpus.yaml ``segment``) searched when ``search.gpus`` is omitted; GPUs of
-#: other segments (workstation, consumer, apple) come in only when named.
-DEFAULT_GPU_SEGMENTS = ("datacenter",)
-#: Length quantile of prompt + output that must fit the model's context window (else invalid).
-CONTEXT_REJECT_QUANTILE = 0.95
-#: Tail quantile of prompt + output checked against the window for a warning.
-CONTEXT_WARN_QUANTILE = 0.999
 #: Default minimum published accuracy recovery of a weight format (``quality.min_recovery``).
 DEFAULT_MIN_RECOVERY = 0.99
 
@@ -324,39 +318,6 @@ def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
     return Empirical(prompts, ones, "trace"), Empirical(outputs, ones, "trace")
 
 
-def _default_gpus(spec: ProblemSpec, catalog: Catalog) -> tuple[str, ...]:
-    """GPUs searched without ``search.gpus``: the :data:`DEFAULT_GPU_SEGMENTS` ones, plus any
-    GPU the problem names in ``inventory`` (owned hardware is always a candidate)."""
-    owned = set()
-    for name in spec.inventory:
-        try:
-            owned.add(catalog.gpu(name).id)
-        except PlanningInputError:
-            pass  # reported under inventory.<name>
-    return tuple(sorted(g for g, gpu in catalog.gpus.entries.items()
-                        if gpu.segment in DEFAULT_GPU_SEGMENTS or g in owned))
-
-
-def _check_context(where: str, model_id: str, window: int, prompt: LengthDistribution,
-                   output: LengthDistribution, problems: list[str], warnings: list[str]) -> None:
-    """p95 prompt + p95 output beyond the context window is invalid; a tail beyond it warns."""
-    p95 = prompt.quantile(CONTEXT_REJECT_QUANTILE) + output.quantile(CONTEXT_REJECT_QUANTILE)
-    mean = prompt.mean + output.mean
-    if mean > window:
-        problems.append(f"{where}.prompt_tokens: mean prompt + mean output = {mean:.0f} tokens exceeds "
-                        f"{model_id}'s context of {window} tokens")
-    elif p95 > window:
-        problems.append(f"{where}.prompt_tokens: p95 prompt + p95 output = {p95:.0f} tokens exceeds "
-                        f"{model_id}'s context of {window} tokens")
-    else:
-        q = CONTEXT_WARN_QUANTILE
-        tail = prompt.quantile(q) + output.quantile(q)
-        if tail > window:
-            warnings.append(f"{where}.prompt_tokens: the {q:.1%} quantile of prompt + output = {tail:.0f} tokens "
-                            f"exceeds {model_id}'s context of {window} tokens: the longest requests will be "
-                            f"rejected by the engine (the launch settings cap the length at the window)")
-
-
 def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     """Check ``spec`` against the catalog and resolve ids; all problems reported at once."""
     problems: list[str] = []
@@ -407,7 +368,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
                     problems.append(f"{where}.{key}: required key is missing (or give trace_csv)")
             if model_id is not None and prompt is not None and output is not None:
                 spec_m = imported.get(model_id) or catalog.model(model_id)
-                _check_context(where, model_id, spec_m.max_context_tokens, prompt, output, problems, warnings)
+                check_context(where, model_id, spec_m.max_context_tokens, prompt, output, problems, warnings)
             if w.slo is None:
                 problems.append(f"{where}.slo: required key is missing")
         rate = w.rate_per_s
@@ -425,7 +386,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
 
     s = spec.search
     gpus = tuple(dict.fromkeys(g.id for i, name in enumerate(s.gpus) if (g := check(catalog.gpu, name, f"search.gpus[{i}]")))) \
-        if s.gpus is not None else _default_gpus(spec, catalog)
+        if s.gpus is not None else default_gpus(spec.inventory, catalog)
     quants = tuple(dict.fromkeys(q.id for i, name in enumerate(s.quantization)
                                  if (q := check(catalog.weight_format, name, f"search.quantization[{i}]")))) \
         if s.quantization is not None else tuple(catalog.weight_formats.entries)
@@ -436,13 +397,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     for key, table in (("inventory", spec.inventory), ("prices", spec.prices)):
         for gpu in table:
             check(catalog.gpu, gpu, f"{key}.{gpu}")
-    if spec.serving.engine is not None:
-        from planner.compat import engine_table
-
-        engines = sorted({row.engine for row in engine_table(catalog).support})
-        if spec.serving.engine not in engines:
-            problems.append(f"serving.engine: unknown engine '{spec.serving.engine}'"
-                            f"{suggest(spec.serving.engine, engines)} (one of {', '.join(engines)})")
+    problems += check_engine(spec.serving.engine, catalog)
     for i, w in enumerate(spec.constraints.redundancy):
         if w not in names:
             problems.append(f"constraints.redundancy[{i}]: unknown workload '{w}'{suggest(w, names)}")
