@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import Field
 
+from planner.catalog import DEFAULT_CATALOG_DIR, load_catalog
 from planner.schema import PlanningInputError, Strict
 from planner.yamlio import parse_model, read_yaml
 
@@ -88,8 +89,6 @@ def _check(table: EngineTable, catalog, source: str) -> None:
 def catalog_file(catalog, filename: str) -> Path:
     """``filename`` of the catalog's directory, else the shipped one (a custom ``--catalog-dir``
     need not copy every table)."""
-    from planner.catalog import DEFAULT_CATALOG_DIR
-
     path = Path(catalog.directory) / filename
     return path if path.exists() else DEFAULT_CATALOG_DIR / filename
 
@@ -102,8 +101,6 @@ def engine_table(catalog) -> EngineTable:
 def load_table(path: str, catalog_dir: str, cls, check):
     """Parse the table file ``path`` into ``cls`` and ``check(doc, catalog, path)`` its ids
     against the catalog of ``catalog_dir`` (shared by engines.yaml and quality.yaml)."""
-    from planner.catalog import load_catalog
-
     doc = parse_model(cls, read_yaml(path), path)
     check(doc, load_catalog(catalog_dir), path)
     return doc

@@ -4,6 +4,7 @@ the context window of each workload's model, and the serving engine's name."""
 from __future__ import annotations
 
 from planner.catalog import Catalog, suggest
+from planner.compat import engine_table
 from planner.schema import PlanningInputError
 from planner.traffic import LengthDistribution
 
@@ -53,8 +54,6 @@ def check_engine(engine: str | None, catalog: Catalog) -> list[str]:
     """``serving.engine`` must be an engine of catalogs/engines.yaml (problem lines, [] if fine)."""
     if engine is None:
         return []
-    from planner.compat import engine_table
-
     engines = sorted({row.engine for row in engine_table(catalog).support})
     if engine in engines:
         return []
