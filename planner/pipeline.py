@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from planner.optimize import PlanningInstance, SolverOptions, SolveStatus, k_best
+from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
+from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
+                                           plan_alternatives)
 from planner.optimize.prune import prefilter_dominated
 from planner.problem import Problem
 from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
@@ -173,25 +175,32 @@ def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:
     return float(np.average(values[ok], weights=weights[ok])) if ok.any() else 0.0
 
 
-def _rank_plans(problem, candidates, solutions) -> list[RankedPlan]:
-    """Plans ranked by cost, then latency (traffic-weighted p95 TPOT, then TTFT), then ids.
+def _rank_plans(problem, candidates, found: list[FoundPlan], k: int) -> list[RankedPlan]:
+    """Rank 1: the fastest optimum; then admissible alternatives by cost, latency, ids.
 
-    k-best returns equal-cost alternatives in candidate-id order; among them the faster
-    plan ranks first (DESIGN 6), so rank 1 is still an optimum.
+    The key is cost, then traffic-weighted p95 TPOT, then TTFT, then the sorted ids
+    (DESIGN 6). Rank 1 is the least key among the optimum's equal-cost face, which
+    :func:`plan_alternatives` enumerates whatever k is, so plan #1 does not depend on
+    ``--top``. Ranks 2..k are drawn from the other admissible plans (minimum load rule).
     """
-    latencies = _predicted_latency(problem, candidates, [(p.deployments, p.routing) for _, p in solutions])
+    latencies = _predicted_latency(problem, candidates, [(f.plan.deployments, f.plan.routing) for f in found])
 
     def key(item):
-        (_, plan), routing = item
-        return (round(plan.usd_per_hour, 9), round(_traffic_weighted(routing, "tpot_p95_s"), 9),
+        f, routing = item
+        return (round(f.plan.usd_per_hour, 9), round(_traffic_weighted(routing, "tpot_p95_s"), 9),
                 round(_traffic_weighted(routing, "ttft_p95_s"), 9),
-                tuple(sorted(plan.deployments["candidate_id"])))
+                tuple(sorted(f.plan.deployments["candidate_id"])))
 
-    ordered = sorted(zip(solutions, latencies), key=key)
-    return [RankedPlan(rank=i, usd_per_hour=plan.usd_per_hour,
-                       usd_per_million_tokens=usd_per_million_tokens(problem, plan.usd_per_hour),
-                       deployments=plan.deployments, routing=routing, gpus_by_type=plan.gpus_by_type)
-            for i, ((_, plan), routing) in enumerate(ordered, start=1)]
+    items = list(zip(found, latencies))
+    if not items:
+        return []
+    best = min((it for it in items if it[0].optimal_cost), key=key)
+    others = sorted((it for it in items if it is not best and it[0].admissible), key=key)
+    ordered = [best, *others][:k]
+    return [RankedPlan(rank=i, usd_per_hour=f.plan.usd_per_hour,
+                       usd_per_million_tokens=usd_per_million_tokens(problem, f.plan.usd_per_hour),
+                       deployments=f.plan.deployments, routing=routing, gpus_by_type=f.plan.gpus_by_type)
+            for i, (f, routing) in enumerate(ordered, start=1)]
 
 
 def solver_summary(result) -> dict:
@@ -215,10 +224,16 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     options = solver_options(problem, time_limit_s)
     instance = planning_instance(problem, candidates)
     k = top_k or problem.spec.optimize.top_k
-    solutions = k_best(instance, k, options) if instance is not None else []
-    first = solutions[0][0] if solutions else None
+    opt = problem.spec.optimize
+    found = plan_alternatives(
+        instance, k, options,
+        min_load_fraction=(MIN_ALTERNATIVE_LOAD_FRACTION if opt.min_alternative_load_fraction is None
+                           else opt.min_alternative_load_fraction),
+        face_limit=EQUAL_COST_PLANS_LIMIT if opt.equal_cost_plans is None else opt.equal_cost_plans,
+    ) if instance is not None else []
+    first = found[0].result if found else None
     t_solve = time.perf_counter() - t0 - t_search
-    plans = _rank_plans(problem, candidates, [s for s in solutions if s[1] is not None])
+    plans = _rank_plans(problem, candidates, found, k)
     status = str(first.status) if first is not None and plans else "infeasible"
     counts = {"enumerated": int(len(candidates)), "feasible": int(candidates["feasible"].sum()),
               "rejected": rejection_counts(candidates) if "infeasible_reason" in candidates else {}}
