@@ -60,3 +60,18 @@ def test_the_equal_cost_face_is_enumerated_whatever_k():
     assert sum(f.optimal_cost for f in limited) == 2
     with pytest.raises(ValueError):
         plan_alternatives(tie_instance(), 0, FAST)
+
+
+def test_spare_replicas_of_redundancy_do_not_count_against_the_rule():
+    """N+1: one active replica at 6 % plus its spare shows load_fraction 3 %, and still qualifies."""
+    ids = pd.Index(["A", "B"], name="candidate_id")
+    cands = pd.DataFrame({"gpu": ["g1", "g2"], "gpus_per_replica": 1, "usd_per_replica_hour": [1.0, 1.5]},
+                         index=ids)
+    inst = PlanningInstance(cands, pd.DataFrame({"w": [100.0, 100.0]}, index=ids), pd.Series({"w": 6.0}),
+                            redundancy_workloads=("w",), slices_per_workload=60)
+    found = plan_alternatives(inst, 2, FAST)
+    assert _sets(found) == [("A",), ("B",)]
+    alt = found[1]
+    assert alt.plan.deployments["replicas"].tolist() == [2]
+    assert alt.plan.deployments["load_fraction"].tolist() == pytest.approx([0.03])
+    assert alt.min_load_fraction == pytest.approx(0.06) and alt.admissible and not alt.forced
