@@ -66,12 +66,6 @@ def _overrides(args) -> dict:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _serving_params(args):
-    from planner.serving.params import ServingParams
-
-    return ServingParams().with_overrides(**_overrides(args))
-
-
 def _print_table(rows: list[tuple[str, object]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:

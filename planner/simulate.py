@@ -104,7 +104,9 @@ class SimulationResult:
     rejected_requests : int
         Requests whose KV (prompt + output) exceeds the whole KV budget; never admitted.
     ttft_p50_s, ttft_p95_s, ttft_mean_s : float
-        Time to first token: end of the iteration that completes the prefill - arrival [s].
+        Time to first token: end of the iteration that completes the prefill - arrival, plus
+        the parameters' ``request_overhead_s`` (API server, tokenizer, streaming: outside the
+        GPU steps, as in the analytic model; 0 with the seeds' parameters) [s].
     tpot_p50_s, tpot_p95_s, tpot_mean_s : float
         Time per output token after the first: (finish - first token) / (output - 1) [s];
         requests with one output token are left out.
@@ -471,16 +473,34 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
                                        warmup_fraction=warmup_fraction)
     if problems:
         raise ValueError("; ".join(f"{name}: {msg}" for name, msg in problems))
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
+    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
+    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
+    return run_requests(arrays, params, arrival, prompt_tokens, output_tokens, max_batch=max_batch,
+                        rate_per_s=float(rate_per_s), seed=int(seed), scheduler=scheduler,
+                        prefill_chunk_tokens=prefill_chunk_tokens, warmup_fraction=warmup_fraction)
+
+
+def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_tokens, output_tokens, *,
+                 max_batch: int, rate_per_s: float, seed: int, scheduler: str = "continuous",
+                 prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+                 warmup_fraction: float = DEFAULT_WARMUP_FRACTION) -> SimulationResult:
+    """Run given requests (sorted arrival times [s], prompt and output tokens) through one replica.
+
+    :func:`simulate_replica` draws them from one traffic class; :mod:`planner.verify` from a
+    routed mix of classes. ``rate_per_s`` and ``seed`` are recorded in the result. Raises
+    ``ValueError`` for more than one configuration or weights that leave no KV budget.
+    """
     if np.size(arrays.tp) != 1:
         raise ValueError(f"simulate_replica takes one configuration, got {np.size(arrays.tp)}")
     budget = float(np.asarray(kv_budget_bytes_per_gpu(arrays, params)).reshape(-1)[0])
     if not budget > 0:
         raise ValueError(f"no KV budget: the weights leave {budget:.3g} bytes per GPU")
-
-    rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
-    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
-    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
+    arrival = np.asarray(arrival_s, dtype=float)
+    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+    output_tokens = np.asarray(output_tokens, dtype=np.int64)
+    requests = len(arrival)
     kv_per_gpu = kv_bytes_per_seq(arrays, prompt_tokens + output_tokens) * kv_fraction_per_gpu(arrays)
     kv_bytes = np.ceil(np.broadcast_to(kv_per_gpu, (requests,))).astype(np.int64)
 
@@ -496,7 +516,12 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
     return _summarize(sim, scheduler=scheduler, rate_per_s=float(rate_per_s), seed=int(seed),
                       max_batch=int(max_batch), prefill_chunk_tokens=int(prefill_chunk_tokens),
                       first_measured=first_measured, arrival=arrival, prompt_tokens=prompt_tokens,
-                      output_tokens=output_tokens)
+                      output_tokens=output_tokens, request_overhead_s=request_overhead_s(params))
+
+
+def request_overhead_s(params: ServingParams) -> float:
+    """The fixed TTFT a request adds outside the GPU steps (one configuration's value) [s]."""
+    return float(np.asarray(params.request_overhead_s, dtype=float).reshape(-1)[0])
 
 
 def _stat(values: np.ndarray, q: float | None) -> float:
@@ -506,14 +531,15 @@ def _stat(values: np.ndarray, q: float | None) -> float:
 
 
 def _summarize(sim: _Replica, *, scheduler, rate_per_s, seed, max_batch, prefill_chunk_tokens,
-               first_measured, arrival, prompt_tokens, output_tokens) -> SimulationResult:
+               first_measured, arrival, prompt_tokens, output_tokens,
+               request_overhead_s: float = 0.0) -> SimulationResult:
     admit = np.array(sim.admit_s)
     first = np.array(sim.first_s)
     finish = np.array(sim.finish_s)
     rejected = np.array(sim.rejected)
     measured = ~rejected
     measured[:first_measured] = False
-    ttft = (first - arrival)[measured]
+    ttft = (first - arrival)[measured] + request_overhead_s
     multi = measured & (output_tokens > 1)
     tpot = ((finish - first)[multi]) / (output_tokens[multi] - 1)
     wait = (admit - arrival)[measured]
