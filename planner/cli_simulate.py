@@ -32,12 +32,12 @@ _REPLICA_FLAGS = {"model": "--model", "gpu": "--gpu", "rate": "--rate", "prompt"
                   "output": "--output", "scheduler": "--scheduler", "chunk_tokens": "--chunk-tokens",
                   "warmup_fraction": "--warmup-fraction", "tp": "--tp", "pp": "--pp", "quant": "--quant",
                   "kv_dtype": "--kv-dtype", "mem_eff": "--mem-eff", "compute_eff": "--compute-eff",
-                  "engine": "--engine"}
+                  "engine": "--engine", "prefix_hit_fraction": "--prefix-hit-fraction"}
 _TIMELINE_FLAGS = {"rate_per_step": "--rate-per-step", "output_min": "--output-min",
                    "output_max": "--output-max"}
 _CHECK_FLAGS = {"rate_per_s": "--rate", "max_batch": "--max-batch", "requests": "--requests",
                 "scheduler": "--scheduler", "prefill_chunk_tokens": "--chunk-tokens",
-                "warmup_fraction": "--warmup-fraction"}
+                "warmup_fraction": "--warmup-fraction", "prefix_hit_fraction": "--prefix-hit-fraction"}
 
 _REPLICA_TABLE_KEYS = (
     "model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "scheduler", "max_batch",
@@ -91,6 +91,9 @@ def add_simulate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--warmup-fraction", type=float,
                    help="fraction of first arrivals left out of the statistics "
                         f"(default {DEFAULT_WARMUP_FRACTION})")
+    p.add_argument("--prefix-hit-fraction", type=float,
+                   help="share of every prompt served from the prefix cache, in [0, 1) (default 0; the "
+                        "problem YAML's prefix_cache_hit_fraction)")
     _add_efficiency_args(p, calibration=True)
     p.add_argument("--rate-per-step", type=float,
                    help=f"timeline: arrivals per decode step (default {TIMELINE_DEFAULTS['rate_per_step']})")
@@ -169,6 +172,7 @@ def _replica(args) -> dict:
         "scheduler": args.scheduler or "continuous",
         "prefill_chunk_tokens": args.chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS,
         "warmup_fraction": DEFAULT_WARMUP_FRACTION if args.warmup_fraction is None else args.warmup_fraction,
+        "prefix_hit_fraction": args.prefix_hit_fraction or 0.0,
     }
     problems += [f"{_CHECK_FLAGS[name]}: {msg}" for name, msg in check_simulation_inputs(**settings)]
     for dest in ("mem_eff", "compute_eff"):
