@@ -19,7 +19,7 @@ import numpy as np
 from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import kv_budget_bytes_per_gpu, kv_bytes_per_seq, kv_fraction_per_gpu
 from planner.serving.params import ServingParams
-from planner.serving.roofline import mixed_step_time_s
+from planner.serving.roofline import StepModel, mixed_step_time_s
 
 #: Prompt tokens one continuous-batching iteration may prefill (chunked prefill budget;
 #: vLLM's ``max_num_batched_tokens`` default with chunked prefill enabled).
@@ -191,21 +191,28 @@ class SimulationResult:
 # ------------------------------------------------------------------ engine
 
 class _StepTimes:
-    """Memo of :func:`mixed_step_time_s` on (decodes, chunk tokens, context and prompt buckets)."""
+    """Memo of :func:`mixed_step_time_s` on (decodes, chunk tokens, context and prompt buckets).
+
+    Computes exactly what :func:`mixed_step_time_s` computes, from one step model per
+    context bucket (building the model dominated the simulator's run time)."""
 
     def __init__(self, arrays: ConfigArrays, params: ServingParams):
         self._arrays = arrays
         self._params = params
         self.cache: dict[tuple[int, int, int, int], float] = {}
+        #: One :class:`StepModel` per context bucket (what :func:`mixed_step_time_s` builds per call).
+        self._models: dict[int, StepModel] = {}
 
     def __call__(self, n_decode: int, chunk_tokens: int, context_bucket: int, prompt_bucket: int) -> float:
         key = (n_decode, chunk_tokens, context_bucket, prompt_bucket)
         s = self.cache.get(key)
         if s is None:
-            s = float(np.asarray(mixed_step_time_s(
-                self._arrays, self._params, n_decode, chunk_tokens,
-                context_tokens=context_bucket * LENGTH_BUCKET_TOKENS,
-                prompt_tokens=prompt_bucket * LENGTH_BUCKET_TOKENS)).reshape(-1)[0])
+            model = self._models.get(context_bucket)
+            if model is None:
+                model = self._models[context_bucket] = StepModel(
+                    self._arrays, self._params, context_bucket * LENGTH_BUCKET_TOKENS)
+            s = float(np.asarray(model.time(n_decode, chunk_tokens,
+                                            prompt_bucket * LENGTH_BUCKET_TOKENS)).reshape(-1)[0])
             if not s > 0:
                 raise ValueError(f"non-positive step time {s} for {key}")
             self.cache[key] = s

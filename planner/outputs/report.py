@@ -127,7 +127,9 @@ def margin_blocks(doc: dict) -> list[tuple]:
                 "no replica carries more than that share of its measured capacity (headroom for bursts); "
                 "the `load` column is relative to the measured capacity.")
     blocks = [("h", 2, "Margins"), ("p", text)]
-    if "verification" in doc:
+    if "verification" in doc and not m["model_error"]:
+        blocks.append(("p", "`--verify`: measured capacities have no serving model to simulate."))
+    elif "verification" in doc:
         v = doc["verification"]
         blocks.append(("p", f"Verified by simulation (`--verify`): one replica of each deployment ran its routed "
                             f"traffic mix in the discrete-event simulator (seed {v['seed']}, at least "
