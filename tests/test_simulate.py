@@ -115,6 +115,19 @@ def test_isolated_requests_match_the_roofline_step_times(arrays_8b, prompt, chun
     assert r.throughput_tokens_per_s == pytest.approx(r.request_throughput_per_s * output, rel=0.05)
 
 
+@pytest.mark.parametrize("prompt, hit, chunks", [(1000, 0.3, [700]), (5000, 0.5, [2048, 452])])
+def test_prefix_cache_hits_prefill_only_the_missed_tokens(arrays_8b, prompt, hit, chunks):
+    """A hit fraction h prefills round((1 - h) p) tokens attending over the whole prompt p, as in
+    the analytic model; the decode context (and KV) is the whole prompt."""
+    p = ServingParams()
+    r = simulate_replica(arrays_8b, p, rate_per_s=0.001, prompt=Fixed(prompt), output=Fixed(64),
+                         max_batch=8, requests=40, seed=1, prefix_hit_fraction=hit)
+    assert r.ttft_p50_s == pytest.approx(sum(_step(arrays_8b, p, 0, c, 0, prompt) for c in chunks), rel=0.01)
+    assert r.tpot_p50_s == pytest.approx(_step(arrays_8b, p, 1, 0, prompt + 32, prompt), rel=0.01)
+    assert check_simulation_inputs(rate_per_s=1.0, max_batch=8, requests=10, prefix_hit_fraction=1.0) == [
+        ("prefix_hit_fraction", "must be in [0, 1), got 1.0")]
+
+
 def test_static_batch_prefills_all_prompts_in_one_step(arrays_8b):
     """Under overload every batch is full: one prefill step over 8 prompts, then batch-8 decodes."""
     p = ServingParams()
