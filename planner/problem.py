@@ -174,6 +174,12 @@ class OptimizeOptions(Strict):
     confidence: float = Field(default=DEFAULT_CONFIDENCE, ge=0.5, lt=1.0)
     #: Most load per replica relative to its central capacity at SLO (burst headroom).
     max_load_fraction: float = Field(default=DEFAULT_MAX_LOAD_FRACTION, gt=0, le=1.0)
+    #: Least load of every deployment of a ranked alternative (rank >= 2); None:
+    #: planner.optimize.alternatives.MIN_ALTERNATIVE_LOAD_FRACTION (0.05).
+    min_alternative_load_fraction: float | None = Field(default=None, ge=0, lt=1)
+    #: Most equal-cost distinct plans compared by latency for rank 1; None:
+    #: planner.optimize.alternatives.EQUAL_COST_PLANS_LIMIT (8).
+    equal_cost_plans: int | None = Field(default=None, ge=1)
 
 
 class ServingOverrides(Strict):
