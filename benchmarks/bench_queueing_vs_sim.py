@@ -72,7 +72,8 @@ def compare(requests: int, seed: int, configs=CONFIGS, loads=LOADS, prompt=PROMP
             sim = simulate_replica(arrays, params, rate_per_s=rate, prompt=prompt, output=output,
                                    max_batch=max_batch, requests=requests, seed=seed).to_dict()
             a_ttft, a_tpot = float(state["ttft_p95_s"][0]), float(state["tpot_p95_s"][0])
-            rows.append({"model": model, "gpu": gpu, "tp": tp, "max_batch": max_batch, "engine": engine, "load": load,
+            rows.append({"model": model, "gpu": gpu, "tp": tp, "max_batch": max_batch, "engine": engine,
+                         "load": load,
                          "rate_per_s": rate, "ttft_p95_analytic_s": a_ttft, "ttft_p95_sim_s": sim["ttft_p95_s"],
                          "ttft_err": a_ttft / sim["ttft_p95_s"] - 1, "tpot_p95_analytic_s": a_tpot,
                          "tpot_p95_sim_s": sim["tpot_p95_s"], "tpot_err": a_tpot / sim["tpot_p95_s"] - 1})

@@ -224,7 +224,8 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
     cols = [f"central_capacity_per_s[{w}]" for w in routing["workload"]]
     rows = candidates.loc[routing["candidate_id"]]
     cap = rows.to_numpy()[np.arange(len(rows)), rows.columns.get_indexer(cols)].astype(float)
-    share = pd.Series(routing["rate_per_s"].to_numpy(float) / cap).groupby(routing["candidate_id"].to_numpy()).sum()
+    share = pd.Series(routing["rate_per_s"].to_numpy(float) / cap)
+    share = share.groupby(routing["candidate_id"].to_numpy()).sum()
     per = deployments.set_index("candidate_id")
     load = share.reindex(per.index, fill_value=0.0).to_numpy() / per["replicas"].to_numpy(float)
     return deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load)

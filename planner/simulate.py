@@ -19,7 +19,7 @@ import numpy as np
 from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import kv_budget_bytes_per_gpu, kv_bytes_per_seq, kv_fraction_per_gpu
 from planner.serving.params import ServingParams
-from planner.serving.roofline import StepModel, mixed_step_time_s
+from planner.serving.roofline import StepModel
 
 #: Prompt tokens one continuous-batching iteration may prefill (chunked prefill budget;
 #: vLLM's ``max_num_batched_tokens`` default with chunked prefill enabled).
@@ -496,7 +496,8 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
     """
     problems = check_simulation_inputs(rate_per_s=rate_per_s, max_batch=max_batch, requests=requests,
                                        scheduler=scheduler, prefill_chunk_tokens=prefill_chunk_tokens,
-                                       warmup_fraction=warmup_fraction, prefix_hit_fraction=prefix_hit_fraction)
+                                       warmup_fraction=warmup_fraction,
+                                       prefix_hit_fraction=prefix_hit_fraction)
     if problems:
         raise ValueError("; ".join(f"{name}: {msg}" for name, msg in problems))
     rng = np.random.default_rng(seed)
@@ -512,7 +513,8 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
 def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_tokens, output_tokens, *,
                  max_batch: int, rate_per_s: float, seed: int, scheduler: str = "continuous",
                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
-                 warmup_fraction: float = DEFAULT_WARMUP_FRACTION, prefix_hit_fraction=0.0) -> SimulationResult:
+                 warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+                 prefix_hit_fraction=0.0) -> SimulationResult:
     """Run given requests (sorted arrival times [s], prompt and output tokens) through one replica.
 
     :func:`simulate_replica` draws them from one traffic class; :mod:`planner.verify` from a
@@ -535,7 +537,8 @@ def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_
     first_measured = int(math.floor(warmup_fraction * requests))
     window = (float(arrival[first_measured]), float(arrival[-1]))
     steps = _StepTimes(arrays, params)
-    computed = np.maximum(np.floor((1.0 - np.asarray(prefix_hit_fraction, dtype=float)) * prompt_tokens + 0.5), 1)
+    missed = 1.0 - np.asarray(prefix_hit_fraction, dtype=float)
+    computed = np.maximum(np.floor(missed * prompt_tokens + 0.5), 1)
     sim = _Replica(steps, arrival.tolist(), prompt_tokens.tolist(), output_tokens.tolist(),
                    kv_bytes.tolist(), int(math.floor(budget)), int(max_batch), window,
                    prefill=np.broadcast_to(computed, (requests,)).astype(np.int64).tolist())

@@ -100,7 +100,8 @@ def _latency_table(doc: dict, plan: dict) -> tuple:
             row = [name, d["gpu"], _config(d), _num(w["rate_per_s"], ".4g")]
             for metric in ("ttft", "tpot"):
                 at_q = w.get(f"{metric}_p95_at_confidence_s", w.get(f"{metric}_p95_s"))
-                row += [_ms(w.get(f"{metric}_p95_s")), _ms(at_q), _margin(slos[name].get(f"{metric}_p95_s"), at_q)]
+                slo = slos[name].get(f"{metric}_p95_s")
+                row += [_ms(w.get(f"{metric}_p95_s")), _ms(at_q), _margin(slo, at_q)]
             if verified:
                 row += [_ms(w.get("simulated_ttft_p95_s")), _ms(w.get("simulated_tpot_p95_s"))]
             rows.append(row)
@@ -111,19 +112,20 @@ def margin_blocks(doc: dict) -> list[tuple]:
     """The margins in plain words (confidence, load cap, what the latency columns mean)."""
     m = doc["margins"]
     f = m["error_factors"]
-    text = (f"The serving model's predictions are not exact, and real traffic is burstier than the "
-            f"Poisson arrivals it assumes. Every plan keeps two margins. **Confidence "
+    text = ("The serving model's predictions are not exact, and real traffic is burstier than the "
+            "Poisson arrivals it assumes. Every plan keeps two margins. **Confidence "
             f"{m['confidence']:g}**: a replica is loaded only as far as its predicted p95 TTFT times "
             f"{f['ttft_p95']:.2f} and p95 TPOT times {f['tpot_p95']:.2f} still meet the SLOs; these factors are "
             f"the {m['confidence']:.0%} quantile of the model's error ({m['error_source']}), so the latencies "
-            f"should hold with about that probability even where the model is wrong. **Load cap "
+            "should hold with about that probability even where the model is wrong. **Load cap "
             f"{m['max_load_fraction']:.0%}**: no replica carries more than that share of the traffic it could "
-            f"carry at the SLOs under the central prediction. The `load` column is measured against that "
-            f"central capacity. Per workload, `p95` is the central prediction at the deployment's load, "
+            "carry at the SLOs under the central prediction. The `load` column is measured against that "
+            "central capacity. Per workload, `p95` is the central prediction at the deployment's load, "
             f"`p95 at {m['confidence']:g}` the same times the error factor, and `margin` how much more "
             f"the SLO allows than that (SLO / p95 at {m['confidence']:g} - 1).")
     if not m["model_error"]:
-        text = (f"Capacities are measured, so no model error applies. **Load cap {m['max_load_fraction']:.0%}**: "
+        text = ("Capacities are measured, so no model error applies. "
+                f"**Load cap {m['max_load_fraction']:.0%}**: "
                 "no replica carries more than that share of its measured capacity (headroom for bursts); "
                 "the `load` column is relative to the measured capacity.")
     blocks = [("h", 2, "Margins"), ("p", text)]
@@ -131,7 +133,7 @@ def margin_blocks(doc: dict) -> list[tuple]:
         blocks.append(("p", "`--verify`: measured capacities have no serving model to simulate."))
     elif "verification" in doc:
         v = doc["verification"]
-        blocks.append(("p", f"Verified by simulation (`--verify`): one replica of each deployment ran its routed "
+        blocks.append(("p", "Verified by simulation (`--verify`): one replica of each deployment ran its routed "
                             f"traffic mix in the discrete-event simulator (seed {v['seed']}, at least "
                             f"{v['requests_per_workload']} requests of its smallest workload, at most "
                             f"{v['max_requests']} in all, the first {v['warmup_fraction']:.0%} left out); the "

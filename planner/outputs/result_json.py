@@ -34,7 +34,8 @@ def _workload_entry(r, margins: Margins) -> dict:
     if margins.model_error:
         for metric in ("ttft", "tpot"):
             central = out[f"{metric}_p95_s"]
-            out[f"{metric}_p95_at_confidence_s"] = None if central is None else central * margins.factor(metric)
+            at_q = None if central is None else central * margins.factor(metric)
+            out[f"{metric}_p95_at_confidence_s"] = at_q
     for col in VERIFY_COLUMNS:
         if hasattr(r, col):
             out[col] = _none_if_nan(float(getattr(r, col)))
