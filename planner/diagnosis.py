@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from planner.format_rules import format_relaxation
+from planner.margins import Margins
 from planner.optimize import diagnose_infeasible
 from planner.problem import Problem
 from planner.search import serving_params, workload_arrays
@@ -39,7 +40,8 @@ def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> d
     arrays = workload_arrays(problem, rows, w)
     traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
     state = state_at_occupancy(arrays, serving_params(problem, rows), traffic, 1e-6)
-    ttft, tpot = state["ttft_p95_s"], state["tpot_p95_s"]
+    margins = Margins.of(problem)  # the SLOs must hold for the p95s at the confidence quantile
+    ttft, tpot = state["ttft_p95_s"] * margins.factor("ttft"), state["tpot_p95_s"] * margins.factor("tpot")
     # The candidate that needs the least relaxation (relative to the SLOs).
     need = np.maximum(ttft / w.slo.ttft_p95_s, tpot / w.slo.tpot_p95_s)
     best = int(np.nanargmin(need))

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator, model_validator
 
 from planner.catalog import Catalog, load_catalog, suggest
 from planner.problem_checks import check_context, check_engine, default_gpus
+from planner.margins import DEFAULT_CONFIDENCE, DEFAULT_MAX_LOAD_FRACTION
 from planner.schema import PlanningInputError, Strict
 from planner.traffic import Empirical, Fixed, LengthDistribution, LogNormal
 from planner.units import SECONDS_PER_DAY
@@ -173,6 +174,10 @@ class OptimizeOptions(Strict):
     time_limit_s: float = Field(default=30.0, gt=0)
     num_workers: int = Field(default=8, ge=1)
     pareto_points: int = Field(default=10, ge=2)
+    #: Quantile of the serving model's error the capacities at SLO hold at (planner.margins).
+    confidence: float = Field(default=DEFAULT_CONFIDENCE, ge=0.5, lt=1.0)
+    #: Most load per replica relative to its central capacity at SLO (burst headroom).
+    max_load_fraction: float = Field(default=DEFAULT_MAX_LOAD_FRACTION, gt=0, le=1.0)
     #: Least load of every deployment of a ranked alternative (rank >= 2); None:
     #: planner.optimize.alternatives.MIN_ALTERNATIVE_LOAD_FRACTION (0.05).
     min_alternative_load_fraction: float | None = Field(default=None, ge=0, lt=1)

@@ -136,6 +136,8 @@ def file_sha256(path) -> str | None:
 def plans_frame(doc: dict) -> pd.DataFrame:
     """``plans.csv``: one row per (plan, deployment), numbers from the JSON result."""
     names = [w["name"] for w in doc["workloads"]]
+    extra = (("ttft_p95_at_confidence_s", "tpot_p95_at_confidence_s") if doc["margins"]["model_error"] else ()) \
+        + (("simulated_ttft_p95_s", "simulated_tpot_p95_s") if "verification" in doc else ())
     rows = []
     for p in doc["plans"]:
         for d in p["deployments"]:
@@ -154,6 +156,8 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                 row[f"rate_per_s[{n}]"] = w.get("rate_per_s", 0.0)
                 row[f"ttft_p95_s[{n}]"] = w.get("ttft_p95_s")
                 row[f"tpot_p95_s[{n}]"] = w.get("tpot_p95_s")
+                for key in extra:
+                    row[f"{key}[{n}]"] = w.get(key)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(rows[0]) if rows else
                          ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens",
