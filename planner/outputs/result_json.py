@@ -21,7 +21,7 @@ def _none_if_nan(v):
     return v
 
 
-def _deployment(dep: pd.Series, routing: pd.DataFrame) -> dict:
+def _deployment(dep: pd.Series, routing: pd.DataFrame, problem=None) -> dict:
     mine = routing[routing["candidate_id"] == dep["candidate_id"]]
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
@@ -38,7 +38,22 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame) -> dict:
                          "tpot_p95_s": _none_if_nan(float(r.tpot_p95_s))}
             for r in mine.itertuples()},
     }
+    out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _calibration_fields(problem, gpu: str, workloads: dict) -> dict:
+    """``calibrated`` / ``calibration_status`` of the deployment's GPU, and the 80 % / 95 %
+    prediction intervals of each routed workload's p95 TTFT and TPOT (docs/accuracy.md)."""
+    from planner import parameters
+
+    if problem is None or problem.measured:
+        return {}
+    cal, engine = problem.calibration, problem.spec.serving.engine
+    for w in workloads.values():
+        w["intervals"] = parameters.prediction_intervals(
+            cal, {k: w.get(k) for k in ("ttft_p95_s", "tpot_p95_s")}, gpu, engine)
+    return parameters.gpu_status(cal, gpu)
 
 
 def _int(v):
@@ -66,7 +81,7 @@ def result_to_dict(result: PlanResult) -> dict:
             "usd_per_million_tokens": p.usd_per_million_tokens,
             "gpus": int(p.deployments["gpus"].sum()),
             "gpus_by_type": p.gpus_by_type,
-            "deployments": [_deployment(d, p.routing) for _, d in p.deployments.iterrows()],
+            "deployments": [_deployment(d, p.routing, problem) for _, d in p.deployments.iterrows()],
         })
     pareto = [] if result.pareto.empty else [
         {k: _none_if_nan(v) for k, v in row.items()} for row in result.pareto.to_dict(orient="records")]

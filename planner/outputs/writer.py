@@ -174,7 +174,7 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
         "plans.csv": plans_frame(doc).to_csv(index=False),
         "pareto.csv": (result.pareto if not result.pareto.empty
                        else pd.DataFrame(columns=PARETO_COLUMNS)).to_csv(index=False),
-        "candidates.csv": result.candidates.to_csv(),
+        "candidates.csv": _with_calibration_status(result).to_csv(),
     }
     images = plots.render_plots(result, doc)
     files.update(images)
@@ -217,3 +217,15 @@ def write_outputs(result, out_dir) -> Path:
     check_out_dir(out_dir)
     files, record = solve_files(result)
     return write_files(out_dir, files, record)
+
+
+def _with_calibration_status(result) -> pd.DataFrame:
+    """The candidates with a ``calibration_status`` column (calibrated / uncalibrated GPU)."""
+    from planner import parameters
+
+    frame = result.candidates
+    if result.problem.measured or "gpu" not in frame:
+        return frame
+    status = {g: parameters.gpu_status(result.problem.calibration, g)["calibration_status"]
+              for g in frame["gpu"].dropna().unique()}
+    return frame.assign(calibration_status=frame["gpu"].map(status))
