@@ -28,7 +28,7 @@ import pandas as pd
 from planner.accuracy import add_families, load_measurement_files, prepare_rows, score_rows
 from planner.calibration import MAX_COMPUTE_EFFICIENCY, MAX_MEMORY_EFFICIENCY, load_calibration
 from planner.calibration_fit import FitOptions
-from planner.calibration_cv import SCHEMES, central, cross_validate
+from planner.calibration_cv import SCHEMES, central, run_folds, summarize
 from planner.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,6 +155,39 @@ def hardware_table(calibration, catalog) -> str:
     return md_table(["GPU", "vendor", "memory", "eta_m", "eta_c", "status", "rows"], rows)
 
 
+def decode_ratio_table(catalog, calibration_spec: str, calibration) -> str:
+    """Batch-1 decode speed-ups H100 -> H200 -> B200 (Llama-3.1-8B, 1,024 tokens of context)
+    with no engine, each engine and each release (done-when 2 is >= 1.2 for the engines)."""
+    from planner.calculators import eval_config
+
+    rows = []
+    for engine in [None, *sorted(set(calibration.engines) | {"vllm", "sglang", "trtllm"}), *sorted(calibration.releases)]:
+        t = {g: eval_config(catalog, model="llama-3.1-8b", gpu=g, batch=1, context=1024, calibration=calibration_spec,
+                            engine=engine)["tpot_s"] for g in ("h100-sxm", "h200-sxm", "b200")}
+        rows.append([engine or "(none)", "release" if engine and "@" in engine else "engine",
+                     f"{t['h100-sxm'] * 1e3:.2f}", f"{t['h200-sxm'] * 1e3:.2f}", f"{t['b200'] * 1e3:.2f}",
+                     f"{t['h100-sxm'] / t['h200-sxm']:.3f}", f"{t['h200-sxm'] / t['b200']:.3f}"])
+    return md_table(["engine", "level", "H100 TPOT ms", "H200 TPOT ms", "B200 TPOT ms", "H200 / H100 speed-up",
+                     "B200 / H200 speed-up"], rows)
+
+
+def at_bounds_table(calibration) -> str:
+    """Fitted values at a bound of their range: where the data pulls against the structure."""
+    from planner.calibration import LEVEL_PARAMETERS
+
+    rows = []
+    tables = {"gpu": calibration.gpus, "engine": calibration.engines, "release": calibration.releases,
+              "math": calibration.maths, "model": calibration.models, "campaign": calibration.campaigns}
+    for level, table in tables.items():
+        for key, values in sorted(table.items()):
+            for name, v in sorted(values.items()):
+                spec = LEVEL_PARAMETERS[level][name]
+                for side, bound in (("lower", spec.lower), ("upper", spec.upper)):
+                    if bound and abs(v - bound) <= 1e-3 * max(abs(bound), 1e-9) and not (side == "lower" and bound == 0):
+                        rows.append([level, key, name, f"{v:.4g}", f"{side} ({bound:g})"])
+    return md_table(["level", "group", "parameter", "value", "bound"], rows) if rows else "(none)"
+
+
 def intervals_table(calibration) -> str:
     iv = calibration.intervals
     if not iv:
@@ -193,10 +226,28 @@ def cv_tables(results: dict) -> tuple[str, bool]:
             + md_table(["scheme", "fold", "held out", "out-of-fold median APE %"], per_fold)), ok_all
 
 
-def run_cv(catalog, rows, calibration, folds: int, cache: Path | None, schemes=tuple(SCHEMES)) -> dict:
-    """Cross-validation results per scheme: from ``cache`` where it has them, the (model, GPU)
-    scheme from the calibration's own ``--cv`` run, the others run here (and cached)."""
-    results = json.loads(cache.read_text()) if cache and cache.is_file() else {}
+#: Folds per scheme: campaigns in K groups; one GPU per fold (leave-one-GPU-out).
+SCHEME_FOLDS = {"model_gpu": None, "campaign": None, "gpu": 99}
+
+
+def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(SCHEMES), only=None) -> dict:
+    """Cross-validation results per scheme: from the ``caches`` (JSON files of this script:
+    whole results, or fold parts that together cover a scheme), the (model, GPU) scheme from
+    the calibration's own ``--cv`` run, the others run here (and stored in ``caches[0]``)."""
+    results, parts = {}, {}
+    for cache in caches:
+        if cache and Path(cache).is_file():
+            for key, value in json.loads(Path(cache).read_text()).items():
+                if ":part" in key:
+                    parts.setdefault(key.split(":")[0], []).append(value)
+                else:
+                    results[key] = value
+    for scheme, scheme_parts in parts.items():
+        if scheme not in results:
+            try:
+                results[scheme] = {k: v for k, v in summarize(rows, scheme_parts).items() if k != "predictions"}
+            except ValueError:  # not every fold run yet
+                pass
     stored = calibration.provenance.get("fitted", {}).get("cross_validation") if calibration else None
     for scheme in schemes:
         if scheme in results:
@@ -205,11 +256,17 @@ def run_cv(catalog, rows, calibration, folds: int, cache: Path | None, schemes=t
             results[scheme] = {**stored, "scheme": scheme, "per_fold": stored.get("per_fold", [])}
             continue
         t = time.perf_counter()
-        cv = cross_validate(catalog, rows, folds, FitOptions(), scheme=scheme)
-        results[scheme] = {k: v for k, v in cv.items() if k != "predictions"}
+        part = run_folds(catalog, rows, SCHEME_FOLDS[scheme] or folds, FitOptions(), scheme=scheme, only=only)
         print(f"cross-validation {scheme}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        if cache:
-            cache.write_text(json.dumps(results, indent=1, sort_keys=True))
+        if caches and caches[0]:
+            stored_doc = json.loads(Path(caches[0]).read_text()) if Path(caches[0]).is_file() else {}
+            if only is None:
+                stored_doc[scheme] = {k: v for k, v in summarize(rows, [part]).items() if k != "predictions"}
+            else:
+                stored_doc[f"{scheme}:part:{','.join(map(str, only))}"] = part
+            Path(caches[0]).write_text(json.dumps(stored_doc, indent=1, sort_keys=True))
+        if only is None:
+            results[scheme] = {k: v for k, v in summarize(rows, [part]).items() if k != "predictions"}
     return {s: results[s] for s in SCHEMES if s in results}
 
 
@@ -227,7 +284,9 @@ def main() -> None:
     ap.add_argument("--calibration", default="default")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--no-cv", action="store_true")
-    ap.add_argument("--cv-json", type=Path, help="store / reuse the cross-validation results here")
+    ap.add_argument("--cv-json", type=Path, nargs="+", default=[],
+                    help="store (the first) / reuse (all) cross-validation results here")
+    ap.add_argument("--only-folds", help="with --cv-only: run these folds (e.g. 0,2,4) and store the part")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "accuracy.md")
     ap.add_argument("--cv-only", nargs="+", choices=list(SCHEMES), metavar="SCHEME",
                     help="only run these cross-validation schemes into --cv-json (no document)")
@@ -238,7 +297,8 @@ def main() -> None:
     measurements = load_measurement_files(args.files)
     if args.cv_only:
         rows, _ = prepare_rows(measurements, catalog)
-        run_cv(catalog, add_families(rows), None, args.folds, args.cv_json, args.cv_only)
+        only = [int(k) for k in args.only_folds.split(",")] if args.only_folds else None
+        run_cv(catalog, add_families(rows), None, args.folds, args.cv_json, args.cv_only, only)
         return
     source = pd.Series(np.repeat([Path(f).name for f in args.files],
                                  [len(load_measurement_files([f])) for f in args.files]), dtype=object)
@@ -264,6 +324,8 @@ def main() -> None:
         "per_model": group_table(cal, "model_family", "model family"),
         "skipped": skipped_table(skipped_cal), "worst": worst_table(cal),
         "hardware": hardware_table(calibration, catalog), "intervals": intervals_table(calibration),
+        "decode_ratios": decode_ratio_table(catalog, args.calibration, calibration),
+        "at_bounds": at_bounds_table(calibration),
         "bound_memory": MAX_MEMORY_EFFICIENCY, "bound_compute": MAX_COMPUTE_EFFICIENCY,
         "calibration_source": calibration.provenance.get("fitted", {}).get("command", ""),
     }

@@ -57,17 +57,28 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
     """K-fold cross-validation of :func:`fit_calibration`, folds of whole groups (``scheme``).
 
     Each fold's fit uses ``options`` with at most :data:`CV_ITERATIONS` sweeps and
-    :data:`CV_ROUNDS` rounds.
+    :data:`CV_ROUNDS` rounds. ``folds`` at least the number of groups: one group per fold
+    (leave-one-group-out).
 
     Returns
     -------
     dict: ``folds``, ``scheme``, ``grouped_by``; ``by_family``: per metric family ``n``,
     ``in_fold_median_ape_pct`` (the training rows of every fold, pooled),
     ``out_of_fold_median_ape_pct`` (every row predicted by the fit that did not see its group,
-    pooled) and ``gap_pct``; ``per_fold``; ``predictions``: the out-of-fold prediction per
-    row id; with ``keep_fits``, ``fits``: the fold's Calibration per fold and ``fold_of``: the
-    fold per row (in ``rows`` order).
+    pooled) and ``gap_pct`` (mean/median statistics); ``per_fold``; ``predictions``: the
+    out-of-fold prediction per row id; with ``keep_fits``, ``fits``: the fold's Calibration
+    per fold and ``fold_of``: the fold per row (in ``rows`` order).
     """
+    part = run_folds(catalog, rows, folds, options, base, scheme, keep_fits=keep_fits)
+    result = summarize(rows, [part])
+    return {**result, "fits": part["fits"], "fold_of": part["fold_of"]} if keep_fits else result
+
+
+def run_folds(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOptions | None = None,
+              base: ServingParams | None = None, scheme: str = "model_gpu", only=None,
+              keep_fits: bool = False) -> dict:
+    """Fit and predict the folds ``only`` (default: all) of a scheme; :func:`summarize` pools
+    the parts of one or several runs (JSON-able without ``keep_fits``)."""
     from dataclasses import replace
 
     from planner.accuracy import add_families
@@ -78,24 +89,53 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
     by = SCHEMES[scheme]
     rows = add_families(rows.reset_index(drop=True))
     fold = group_folds(rows, folds, by)
-    measured = rows["value"].to_numpy(float)
-    oof = np.full(len(rows), np.nan)
-    inside, per_fold, fits = [], [], []
+    ids = rows["id"].astype(str).to_numpy()
+    out = {"scheme": scheme, "grouped_by": list(by), "folds": int(fold.max()) + 1,
+           "fold_of": fold if keep_fits else dict(zip(ids, fold.tolist())), "parts": {}, "fits": []}
     for k in range(int(fold.max()) + 1):
+        if only is not None and k not in only:
+            continue
         train, test = fold != k, fold == k
         cal = fit_calibration(catalog, rows[train], base, options)
-        fits.append(cal)
+        if keep_fits:
+            out["fits"].append(cal)
         pred_train = predict_calibrated(catalog, rows[train].reset_index(drop=True), cal, base)
-        oof[test] = predict_calibrated(catalog, rows[test].reset_index(drop=True), cal, base)
-        ape_train = np.abs(pred_train - measured[train]) / measured[train] * 100.0
-        ape_test = np.abs(oof[test] - measured[test]) / measured[test] * 100.0
-        inside.append(pd.DataFrame({"family": rows.loc[train, "family"].to_numpy(), "ape": ape_train,
-                                    "statistic": rows.loc[train, "statistic"].to_numpy()}))
-        per_fold.append({"fold": k, "held_out": sorted(rows.loc[test, list(by)].astype(str)
-                                                       .agg("|".join, axis=1).unique()),
-                         "in_fold_median_ape_pct": family_medians(rows.loc[train], ape_train),
-                         "out_of_fold_median_ape_pct": family_medians(rows.loc[test], ape_test)})
+        pred_test = predict_calibrated(catalog, rows[test].reset_index(drop=True), cal, base)
+        out["parts"][str(k)] = {
+            "held_out": sorted(rows.loc[test, list(by)].astype(str).agg("|".join, axis=1).unique()),
+            "train": dict(zip(ids[train], pred_train.tolist())), "test": dict(zip(ids[test], pred_test.tolist()))}
         log.info("%s fold %d/%d done", scheme, k + 1, int(fold.max()) + 1)
+    return out
+
+
+def summarize(rows: pd.DataFrame, parts: list) -> dict:
+    """The cross-validation result (:func:`cross_validate`) of the fold runs ``parts`` of
+    one scheme (together they must cover every fold)."""
+    from planner.accuracy import add_families
+
+    rows = add_families(rows.reset_index(drop=True))
+    ids = rows["id"].astype(str).to_numpy()
+    measured = rows["value"].to_numpy(float)
+    folds = {k: v for p in parts for k, v in p["parts"].items()}
+    n_folds = parts[0]["folds"]
+    missing = sorted(set(map(str, range(n_folds))) - set(folds))
+    if missing:
+        raise ValueError(f"cross-validation folds not run: {', '.join(missing)}")
+    oof = pd.Series({i: v for f in folds.values() for i, v in f["test"].items()}).reindex(ids).to_numpy(float)
+    inside, per_fold = [], []
+    for k in sorted(folds, key=int):
+        f = folds[k]
+        train = pd.Series(f["train"])
+        sub = rows.set_index(rows["id"].astype(str)).loc[train.index]
+        ape_train = np.abs(train.to_numpy(float) - sub["value"].to_numpy(float)) / sub["value"].to_numpy(float) * 100
+        test = rows[rows["id"].astype(str).isin(list(f["test"]))]
+        ape_test = np.abs(test["id"].astype(str).map(f["test"]).to_numpy(float) - test["value"].to_numpy(float)) \
+            / test["value"].to_numpy(float) * 100
+        inside.append(pd.DataFrame({"family": sub["family"].to_numpy(), "ape": ape_train,
+                                    "statistic": sub["statistic"].to_numpy()}))
+        per_fold.append({"fold": int(k), "held_out": f["held_out"],
+                         "in_fold_median_ape_pct": family_medians(sub, ape_train),
+                         "out_of_fold_median_ape_pct": family_medians(test, ape_test)})
     ape_oof = np.abs(oof - measured) / measured * 100.0
     inside_all = pd.concat(inside, ignore_index=True)
     a = family_medians(inside_all, inside_all["ape"].to_numpy())
@@ -104,9 +144,8 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
     by_family = {f: {"n": int(counts.get(f, 0)), "in_fold_median_ape_pct": a[f],
                      "out_of_fold_median_ape_pct": b.get(f), "gap_pct": round(b[f] - a[f], 1)}
                  for f in sorted(a) if f in b}
-    result = {"folds": int(fold.max()) + 1, "scheme": scheme, "grouped_by": list(by), "by_family": by_family,
-              "per_fold": per_fold, "predictions": dict(zip(rows["id"], oof))}
-    return {**result, "fits": fits, "fold_of": fold} if keep_fits else result
+    return {"folds": n_folds, "scheme": parts[0]["scheme"], "grouped_by": parts[0]["grouped_by"],
+            "by_family": by_family, "per_fold": per_fold, "predictions": dict(zip(rows["id"], oof))}
 
 
 #: Statistics the accuracy targets are stated for (the central predictions).

@@ -74,7 +74,7 @@ def cmd_accuracy(args) -> int:
     return EXIT_OK
 
 
-def calibration_provenance(files, measurements, rows, skipped, options, out) -> dict:
+def calibration_provenance(files, measurements, rows, skipped, options, out, cv: int | None = None) -> dict:
     """The provenance block of a calibration YAML: source files (name, SHA-256, rows), the
     fitting command, objective and settings."""
     from planner.accuracy import load_measurement_files
@@ -87,7 +87,8 @@ def calibration_provenance(files, measurements, rows, skipped, options, out) -> 
                    "rows": int(len(measurements)), "rows_fitted": int(len(rows)),
                    "rows_skipped": int(len(skipped))},
         "fitted": {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                   "command": f"planner calibrate {' '.join(map(str, files))} --out {out}",
+                   "command": f"planner calibrate {' '.join(map(str, files))} --out {out}"
+                              + (f" --cv {cv}" if cv else ""),
                    "objective": "per group: weighted mean of min(|ln(pred/measured)|, "
                                 f"{options.clip_log_error}) (metric families weigh the same) + prior "
                                 f"(weight {options.prior_weight}) toward the parent values",
@@ -114,7 +115,7 @@ def cmd_calibrate(args) -> int:
     if len(rows) < 1:
         raise PlanningInputError(f"{', '.join(args.file)}: no row can be predicted (nothing to calibrate)")
     options = FitOptions(min_rows=args.min_rows)
-    provenance = calibration_provenance(args.file, measurements, rows, skipped, options, args.out)
+    provenance = calibration_provenance(args.file, measurements, rows, skipped, options, args.out, args.cv)
     print(f"fitting {len(rows)} rows of {', '.join(args.file)} ...", file=sys.stderr)
     calibration = fit_calibration(catalog, rows, options=options, provenance=provenance)
     before = accuracy_report(catalog, measurements, None)["by_family"]

@@ -5,6 +5,7 @@ same-vendor priors for unmeasured GPUs (marked uncalibrated), prediction interva
 import numpy as np
 import pandas as pd
 import pytest
+import test_outputs
 
 from planner import accuracy as A
 from planner import calibration as C
@@ -184,24 +185,8 @@ def test_measurement_files_load_together(tmp_path):
         A.load_measurement_files([a, a])
 
 
-SMALL = """\
-name: calibration-marks
-workloads:
-  - name: chat
-    model: llama-3.1-8b
-    rate_per_s: 4
-    prompt_tokens: {mean: 600, p95: 1800}
-    output_tokens: {mean: 200, p95: 600}
-    slo: {ttft_p95_s: 1.0, tpot_p95_s: 0.05}
-search:
-  gpus: [l4, h100-sxm]
-  quantization: [bf16]
-  kv_cache_dtype: [fp8]
-  tp: [1]
-  pp: [1]
-  max_batch: [64]
-optimize: {pareto_points: 2, top_k: 2}
-"""
+#: tests/test_outputs.py's small problem on an unmeasured (l4) and a measured GPU.
+SMALL = test_outputs.SMALL.replace("gpus: [l40s, h100-sxm]", "gpus: [l4, h100-sxm]")
 
 
 def test_solve_deployments_and_candidates_carry_status_and_intervals(tmp_path, shipped):
@@ -224,3 +209,4 @@ def test_solve_deployments_and_candidates_carry_status_and_intervals(tmp_path, s
     cands = writer._with_calibration_status(result)
     status = dict(zip(cands["gpu"], cands["calibration_status"]))
     assert status == {"l4": "uncalibrated", "h100-sxm": "calibrated"}
+    assert "gpus: [l4, h100-sxm]" in SMALL
