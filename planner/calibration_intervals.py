@@ -116,3 +116,23 @@ def intervals_for(intervals: dict, values: dict, gpu: str | None = None, engine:
                              float(value) * error_factor(intervals, fam, (1 + cover) / 2, gpu, engine)]
                      for label, cover in REPORTED_INTERVALS.items()}
     return out
+
+
+def widen(intervals: dict, ratios: dict, source: str) -> dict:
+    """``intervals`` with each family's spread around its median scaled by ``ratios[family]``:
+    Q'(q) = Q(0.5) + k (Q(q) - Q(0.5)).
+
+    For intervals taken from in-sample errors when no out-of-fold errors are at hand:
+    k = out-of-fold / in-fold median APE of a cross-validation widens them to the error
+    the cross-validation measured for unseen groups (families without a ratio keep k = 1).
+    """
+    levels = list(intervals["levels"])
+    mid = levels.index(0.5)
+    families = {}
+    for fam, scopes in intervals["families"].items():
+        k = float(ratios.get(fam, 1.0))
+        families[fam] = {s: {"n": q["n"], "log_quantiles": [round(q["log_quantiles"][mid] + k * (v - q["log_quantiles"][mid]), 4)
+                                                          for v in q["log_quantiles"]]}
+                         for s, q in scopes.items()}
+    return {**intervals, "families": families, "source": source,
+            "widened_by": {f: round(float(k), 3) for f, k in sorted(ratios.items())}}
