@@ -249,12 +249,14 @@ def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(S
                 results[scheme] = {k: v for k, v in summarize(rows, scheme_parts).items() if k != "predictions"}
             except ValueError:  # not every fold run yet
                 pass
-    stored = calibration.provenance.get("fitted", {}).get("cross_validation") if calibration else None
+    stored = (calibration.provenance.get("fitted", {}).get("cross_validation") or {}) if calibration else {}
+    if "by_family" in stored:  # `planner calibrate --cv K`: the (model, GPU) scheme
+        stored = {"model_gpu": stored}
     for scheme in schemes:
         if scheme in results:
             continue
-        if scheme == "model_gpu" and stored:
-            results[scheme] = {**stored, "scheme": scheme, "per_fold": stored.get("per_fold", [])}
+        if scheme in stored:
+            results[scheme] = {**stored[scheme], "scheme": scheme, "per_fold": stored[scheme].get("per_fold", [])}
             continue
         t = time.perf_counter()
         part = run_folds(catalog, rows, SCHEME_FOLDS[scheme] or folds, FitOptions(), scheme=scheme, only=only)
