@@ -94,6 +94,10 @@ def cmd_eval(args) -> int:
         rate_per_s=args.rate, slo_ttft_p95_s=args.slo_ttft_p95, slo_tpot_p95_s=args.slo_tpot_p95,
         calibration=args.calibration, overrides=_overrides(args), engine=args.engine)
     _emit(args, result)
+    if not args.json and result.get("intervals"):  # prediction intervals (docs/accuracy.md)
+        print("prediction intervals (from the calibration's out-of-fold errors, docs/accuracy.md):")
+        for name, iv in result["intervals"].items():
+            print(f"  {name}: " + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in iv.items()))
     return EXIT_OK
 
 
