@@ -173,7 +173,8 @@ def cmd_solve(args) -> int:
 
         check_out_dir(args.out)
     print(f"solving {problem.name} ...", file=sys.stderr)
-    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=not args.no_pareto)
+    fronts = "none" if args.no_pareto else args.fronts
+    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=fronts != "none", fronts=fronts)
     if args.out:
         from planner.outputs.writer import write_outputs
 
@@ -267,7 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem", help="problem YAML file")
     p.add_argument("--top", type=_positive_int, help="how many ranked plans (default: the problem's top_k, 5)")
     p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
-    p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts")
+    p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts (same as --fronts none)")
+    p.add_argument("--fronts", choices=["none", "mixed", "used", "all"],
+                   help="which Pareto fronts: none, mixed (all GPU types together), used (default: mixed plus "
+                        "each GPU type in some plan or mixed-front point), all (every GPU type)")
     p.add_argument("--out", help="directory for the report, CSVs, plots and launch settings")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_solve)

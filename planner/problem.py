@@ -169,6 +169,11 @@ class OptimizeOptions(Strict):
     time_limit_s: float = Field(default=30.0, gt=0)
     num_workers: int = Field(default=8, ge=1)
     pareto_points: int = Field(default=10, ge=2)
+    #: Which cost-vs-latency fronts a solve computes (docs/problem-format.md, ``fronts``).
+    fronts: Literal["none", "mixed", "used", "all"] = "used"
+    #: The fronts start at the knee where tightening the target by 1 % raises the cost by
+    #: more than this many percent (planner.pareto.KNEE_ELASTICITY).
+    front_knee_elasticity: float = Field(default=3.0, gt=0)
 
 
 class ServingOverrides(Strict):

@@ -146,6 +146,8 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
         report.proven_unique = lexicographic(face, "replicas", list(built.replicas), "unique_replicas")
         if not report.proven_unique:
             inc = kept
+    if not options.canonical_routing:
+        return inc.replicas, inc.traffic, report
     routing = _optimal_face(built, cost_units)
     for var, value in zip(built.replicas, inc.replicas):
         routing.add(var == int(value))
