@@ -22,9 +22,12 @@ def ridge_point(peak_flops_per_s, bandwidth_bytes_per_s) -> np.ndarray:
 
 def expert_read_fraction(c: ConfigArrays, tokens) -> np.ndarray:
     """Expected fraction of routed experts a step touches: 1 - (1 - k/E)^tokens (0 dense)."""
+    moe = c.num_experts > 0
+    if not np.any(moe):     # dense models only: no power to take
+        return np.zeros(np.broadcast_shapes(moe.shape, np.shape(tokens)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        miss = np.where(c.num_experts > 0, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
-    return np.where(c.num_experts > 0, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
+        miss = np.where(moe, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
+    return np.where(moe, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
 
 
 def weight_read_bytes(c: ConfigArrays, tokens) -> np.ndarray:
