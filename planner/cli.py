@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 
-import pandas as pd
 
 from planner import jsonio
 from planner.schema import PlanningInputError
@@ -142,6 +141,8 @@ def cmd_catalog(args) -> int:
     if args.json:
         print(jsonio.dumps({args.kind: table.to_dict(orient="records")}))
     else:
+        import pandas as pd
+
         with pd.option_context("display.max_rows", None, "display.max_columns", None,
                                "display.width", 200, "display.max_colwidth", 40):
             print(table.drop(columns=[c for c in ("source", "notes") if c in table]).to_string(index=False))

@@ -18,6 +18,17 @@ from planner.serving.params import ServingParams
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 
+#: Labels of the decode bound, indexed by ``memory_bound`` (a take is 2-3x faster than where).
+_BOUND_LABELS = np.array(["compute", "memory"])
+
+
+def _pick(mask, if_true, if_false):
+    """np.where(mask, if_true, if_false) for scalar choices: a table lookup (same values)."""
+    if np.ndim(if_true) or np.ndim(if_false):
+        return np.where(mask, if_true, if_false)
+    return np.array([if_false, if_true], dtype=float).take(np.asarray(mask).view(np.uint8))
+
+
 def _expert_fraction(miss, moe, tokens, known=None):
     """1 - miss^tokens on MoE rows, 0 elsewhere (roofline.expert_read_fraction).
 
@@ -61,7 +72,7 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
     with np.errstate(divide="ignore", invalid="ignore"):
         miss = np.where(moe, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
     expert_bytes = c.routed_expert_params * c.weight_bytes_per_param
-    tau = np.where(c.link_kind == LINK_FAST, p.allreduce_latency_nvlink_s, p.allreduce_latency_pcie_s)
+    tau = _pick(c.link_kind == LINK_FAST, p.allreduce_latency_nvlink_s, p.allreduce_latency_pcie_s)
     has_link = c.link_bytes_per_s > 0
     comm_coef = 2.0 * (tp - 1.0) / tp * p.activation_bytes
     multi = tp > 1
@@ -114,7 +125,7 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
         "arithmetic_intensity": b * decode_flops_per_token / (read_batch + b * kv_seq),
         "kv_arithmetic_intensity": 4.0 * L * d / (L * c.kv_elems_per_token_layer * c.kv_bytes_per_element),
         "ridge_point": c.peak_flops_per_s / c.bandwidth_bytes_per_s,
-        "bound": np.where(t_mem >= t_comp, "memory", "compute"),
+        "bound": _BOUND_LABELS.take(np.asarray(t_mem >= t_comp).view(np.uint8)),
         "t_mem_s": pp * t_mem,
         "t_comp_s": pp * t_comp,
         "t_comm_s": pp * t_comm,
