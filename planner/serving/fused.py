@@ -136,8 +136,9 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
         "throughput_tokens_per_s": throughput,
         "per_user_tokens_per_s": 1.0 / tpot,
         "expert_read_fraction": expert_fraction,
-        "b_knee": weights / kv_seq,
     }
+    with np.errstate(divide="ignore", invalid="ignore"):   # no KV (zero context): infinite knee
+        out["b_knee"] = weights / kv_seq
     if usd_per_gpu_hour is not None:
         with np.errstate(divide="ignore"):
             out["usd_per_million_tokens"] = (nS * np.asarray(usd_per_gpu_hour, dtype=float)
