@@ -302,8 +302,6 @@ def _solve_point(instance, options, previous):
 
 def _what_binds(problem: Problem, instance, cap: pd.DataFrame, options, metric: str, target_s: float) -> str:
     """Why a front point is infeasible: the latency target itself, the budget, or inventory."""
-    from planner.optimize import PlanningInstance  # noqa: F401  (type of ``instance``)
-
     unserved = [] if cap is None else [n for n in cap.columns if not (cap[n] > 0).any()]
     if instance is None or unserved:
         names = ", ".join(unserved) or "every workload"
@@ -338,7 +336,7 @@ def _row(problem, front, metric, target, status, plan, binds=""):
     }
 
 
-def _binding_everywhere(problem: Problem, metric: str, target_s: float) -> bool:
+def _tightens_nothing(problem: Problem, metric: str, target_s: float) -> bool:
     """Whether the target is at least every workload's own SLO (capacities unchanged)."""
     return all(target_s >= getattr(w.slo, metric) for w in problem.workloads)
 
@@ -361,11 +359,11 @@ def _sweep(problem: Problem, curves: _Curves, options, metric: str, points: int,
         lo, hi = _capacity_bounds(curves, metric, target)
         exact = _Exact(curves, metric, target)
         points_at.append((target, lo, hi, exact))
-        if _binding_everywhere(problem, metric, target) and curves.optimum is not None:
+        if _tightens_nothing(problem, metric, target) and curves.optimum is not None:
             status, plan = str(SolveStatus.OPTIMAL), curves.optimum
             sub = None
         else:
-            if _binding_everywhere(problem, metric, target):
+            if _tightens_nothing(problem, metric, target):
                 sub = None
                 instance = planning_instance(problem, curves.feasible)
             else:

@@ -8,7 +8,7 @@ import numpy as np
 
 from planner.serving import economics, memory, roofline
 from planner.serving.arrays import ConfigArrays
-from planner.serving.fused import fused_evaluate
+from planner.serving.fused import fused_evaluate, latency_outputs
 from planner.serving.params import ServingParams
 
 
@@ -121,12 +121,7 @@ def evaluate_reference(c: ConfigArrays, p: ServingParams, users=None, usd_per_gp
         "t_mem_s": decode["t_mem_s"],
         "t_comp_s": decode["t_comp_s"],
         "t_comm_s": decode["t_comm_s"],
-        "tpot_s": tpot,
-        "prefill_s": prefill,
-        "queue_wait_s": wait,
-        "ttft_s": wait + prefill + tpot + p.request_overhead_s,
-        "throughput_tokens_per_s": throughput,
-        "per_user_tokens_per_s": 1.0 / tpot,
+        **latency_outputs(tpot, prefill, wait, throughput, p),
         "expert_read_fraction": roofline.expert_read_fraction(c, c.batch / c.pp),
         "b_knee": economics.b_knee(weights, kv_seq),
     }

@@ -49,6 +49,13 @@ def _expert_fraction(miss, moe, tokens, known=None):
     return frac
 
 
+def latency_outputs(tpot, prefill, wait, throughput, p: ServingParams) -> dict:
+    """The playground's latency and throughput entries (section 7 of docs/serving-model.md)."""
+    return {"tpot_s": tpot, "prefill_s": prefill, "queue_wait_s": wait,
+            "ttft_s": wait + prefill + tpot + p.request_overhead_s,
+            "throughput_tokens_per_s": throughput, "per_user_tokens_per_s": 1.0 / tpot}
+
+
 def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=None) -> dict:
     """See :func:`planner.serving.evaluate.evaluate` (same arguments, same results)."""
     users = c.batch if users is None else np.asarray(users, dtype=float)
@@ -129,12 +136,7 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
         "t_mem_s": pp * t_mem,
         "t_comp_s": pp * t_comp,
         "t_comm_s": pp * t_comm,
-        "tpot_s": tpot,
-        "prefill_s": prefill,
-        "queue_wait_s": wait,
-        "ttft_s": wait + prefill + tpot + p.request_overhead_s,
-        "throughput_tokens_per_s": throughput,
-        "per_user_tokens_per_s": 1.0 / tpot,
+        **latency_outputs(tpot, prefill, wait, throughput, p),
         "expert_read_fraction": expert_fraction,
     }
     with np.errstate(divide="ignore", invalid="ignore"):   # no KV (zero context): infinite knee
