@@ -281,10 +281,13 @@ def solver_summary(result) -> dict:
 
 
 def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
-         pareto: bool = True, verify: bool = False) -> PlanResult:
+         pareto: bool = True, fronts: str | None = None, verify: bool = False) -> PlanResult:
     """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible.
 
-    ``verify`` simulates every deployment of the plans (:mod:`planner.verify`)."""
+    ``fronts`` (default: the problem's ``optimize.fronts``) picks the fronts, see
+    :func:`planner.pareto.pareto_fronts`; ``pareto=False`` skips them. ``verify`` simulates
+    every deployment of the plans (:mod:`planner.verify`).
+    """
     from planner.diagnosis import diagnose
     from planner.pareto import pareto_fronts
 
@@ -313,9 +316,11 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         pruned = prune_dominated(instance.candidates, instance.capacity_per_s)
         counts["in_model"] = int(len(instance.candidates) - len(pruned))
         counts["pruned_dominated"] = counts["feasible"] - counts["in_model"]
-    fronts = pd.DataFrame()
+    front_mode, fronts = fronts, pd.DataFrame()
     if plans and pareto and not problem.measured:
-        fronts = pareto_fronts(problem, candidates, options)
+        used = sorted({g for p in plans for g in p.gpus_by_type})
+        fronts = pareto_fronts(problem, candidates, options, fronts=front_mode or problem.spec.optimize.fronts,
+                               used_gpus=used, optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
     t_pareto = time.perf_counter() - t0 - t_search - t_solve
     timings = {"search": t_search, "solve": t_solve, "pareto": t_pareto}
     if verify:

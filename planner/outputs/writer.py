@@ -169,7 +169,7 @@ def plans_frame(doc: dict) -> pd.DataFrame:
 
 
 PARETO_COLUMNS = ["front", "metric", "target_s", "status", "usd_per_hour", "usd_per_million_tokens",
-                  "gpus", "deployments"]
+                  "gpus", "deployments", "binding"]
 
 
 def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
