@@ -41,8 +41,10 @@ def test_cost_per_million_input_and_total_tokens(solved):
         assert p["usd_per_million_input_tokens"] == pytest.approx(usd_per_s / (RATE * PROMPT) * 1e6, rel=1e-12)
         assert p["usd_per_million_total_tokens"] == pytest.approx(
             usd_per_s / (RATE * (PROMPT + OUTPUT)) * 1e6, rel=1e-12)
-    # $18.50/h: 0.0555 $/1M input tokens, 0.444 $/1M output tokens, 0.0493 $/1M total
-    assert plans[0]["usd_per_million_input_tokens"] == pytest.approx(0.05550, abs=5e-5)
+    # $20.35/h: 0.0611 $/1M input tokens, 0.488 $/1M output tokens, 0.0543 $/1M total
+    assert plans[0]["usd_per_hour"] == pytest.approx(20.35)
+    assert plans[0]["usd_per_million_input_tokens"] == pytest.approx(0.06105, abs=5e-5)
+    assert plans[0]["usd_per_million_total_tokens"] == pytest.approx(0.05427, abs=5e-5)
     csv = pd.read_csv(out / "plans.csv")
     first = csv[csv["rank"] == 1].iloc[0]
     for basis in ("input_", "total_"):
