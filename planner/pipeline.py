@@ -47,6 +47,7 @@ class PlanResult:
     counts: dict
     diagnosis: list[dict] = field(default_factory=list)
     timings_s: dict = field(default_factory=dict)
+    daily: dict | None = None  # per-hour plan of a load profile (planner.procurement.profile)
 
     @property
     def best(self) -> RankedPlan | None:
@@ -233,7 +234,12 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         fronts = pareto_fronts(problem, candidates, options)
     t_pareto = time.perf_counter() - t0 - t_search - t_solve
     diagnosis = [] if plans else diagnose(problem, candidates, instance, options)
+    daily = None
+    if plans and (problem.spec.load_profile or any(w.load_profile for w in problem.spec.workloads)):
+        from planner.procurement.profile import daily_plan
+
+        daily = daily_plan(problem, plans[0], time_limit_s=time_limit_s)
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
-                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis,
+                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis, daily=daily,
                       timings_s={"search": t_search, "solve": t_solve, "pareto": t_pareto,
                                  "total": time.perf_counter() - t0})

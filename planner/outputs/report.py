@@ -123,6 +123,9 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
                       [[name, d["gpu"], _config(d), _num(w["rate_per_s"], ".4g"), _ms(w.get("ttft_p95_s")),
                         _ms(w.get("tpot_p95_s"))] for d in p["deployments"] for name, w in d["workloads"].items()]))
 
+    from planner.outputs.daily import daily_blocks
+
+    b += daily_blocks(doc)
     b.append(("h", 2, "Cost vs p95 latency fronts"))
     b.append(("p", ("Each point re-solves the plan with every workload's SLO tightened to the target: "
                     "the mixed front may combine GPU types, the others use one GPU type.")))

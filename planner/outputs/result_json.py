@@ -85,6 +85,7 @@ def result_to_dict(result: PlanResult) -> dict:
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
         "serving_parameters": _parameters_used(problem),
         "timings_s": result.timings_s,
+        **({"usd_per_day": result.daily["usd_per_day"], "daily": result.daily} if result.daily else {}),
     }
 
 
