@@ -226,3 +226,15 @@ def test_infeasible_period_exits_3_and_workbook_is_deterministic(tmp_path, capsy
     assert cli_budget.budget_xlsx(result) == cli_budget.budget_xlsx(result)
     assert cli.main(["budget", problem.path]) == 3
     assert "Status: **infeasible**" in capsys.readouterr().out
+
+
+def test_validate_checks_the_procurement_section(tmp_path, capsys):
+    from planner import cli
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(SMALL + "procurement:\n  horizon_months: -6\n")
+    assert cli.main(["validate", str(bad)]) == 2
+    assert "procurement.horizon_months: Input should be greater than 0" in capsys.readouterr().err
+    good = tmp_path / "good.yaml"
+    good.write_text(SMALL + "procurement:\n  horizon_months: 6\n")
+    assert cli.main(["validate", str(good)]) == 0
