@@ -52,7 +52,10 @@ RELATIVE_GAP_LIMIT = 1e-4
 #: Denominator of the hour-level fractions (an hour needs ceil(fraction x peak fleet) GPUs).
 LEVEL_DENOMINATOR = 1000
 
-EXTRA = {}
+#: CP-SAT parameters of the fleet solves, chosen on the procurement example: the full LP
+#: relaxation (level 2) with cuts, and no probing (costly on these small models, little gain).
+SOLVER_PARAMETERS = {"linearization_level": 2, "cp_model_probing_level": 0}
+
 PAY_PER_USE, RESERVED, OWN = "pay-per-use", "reserved", "own"
 
 
@@ -102,6 +105,8 @@ class FleetInputs:
     switch_min_saving_usd: float = 0.0
     time_limit_s: float | None = None
     rate_factors: tuple | None = None        # per period, per workload: replaces the growth factor
+    relative_gap_limit: float = RELATIVE_GAP_LIMIT
+    deterministic_time_limit: float = DETERMINISTIC_TIME_LIMIT
 
 
 @dataclass
@@ -293,11 +298,65 @@ def solve_fleet(inputs: FleetInputs, tiers: list[Tier], option: str, *, growth_p
             num = math.ceil(frac * LEVEL_DENOMINATOR - 1e-9)
             model.add(LEVEL_DENOMINATOR * (sum(held) + sum(rented)) >= num * expr)
 
-    # The churn rule: a GPU type entering the fleet after the first period pays the threshold.
+    # Solve for cost alone first: when that fleet keeps its GPU types, the churn rule is met.
+    cost = sum(round(c * COST_UNITS_PER_USD) * v for v, c in cost_terms)
+    model.minimize(cost)
+    solver = _solver(inputs)
+    code = solver.solve(model)
+    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        out.status = "infeasible" if code == cp_model.INFEASIBLE else "unknown"
+        out.why = ("no fleet fits the inventory" if code == cp_model.INFEASIBLE
+                   else "no fleet found within the solver limit")
+        return out
+    used = {key: solver.value(expr) > 0 for key, expr in n_pg.items()}
+    entries = _entries(used)
+    threshold = round(inputs.switch_min_saving_usd * COST_UNITS_PER_USD)
+    if entries and threshold > 0:
+        solver, code = _solve_with_churn(model, solver, inputs, cost, threshold, n_pg, y, y_ub, keep, used)
+        used = {key: solver.value(expr) > 0 for key, expr in n_pg.items()}
+        entries = _entries(used)
+        out.status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+    else:
+        out.status = "optimal" if code == cp_model.OPTIMAL else "feasible"
+    out.switches = len(entries)
+    _read_solution(out, solver, inputs, tiers, bridge, y, n_pg, buys, res, rents, keep,
+                   rent_factor=rent_factor, buy_factor=buy_factor)
+    return out
+
+
+def _solver(inputs: FleetInputs) -> cp_model.CpSolver:
+    """One deterministic CP-SAT worker (see the module docstring)."""
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = 0
+    solver.parameters.max_deterministic_time = inputs.deterministic_time_limit
+    solver.parameters.relative_gap_limit = inputs.relative_gap_limit
+    for key, value in SOLVER_PARAMETERS.items():
+        setattr(solver.parameters, key, value)
+    if inputs.time_limit_s:
+        solver.parameters.max_time_in_seconds = inputs.time_limit_s
+    return solver
+
+
+def _entries(used: dict) -> list:
+    """(period, gpu) where a GPU type enters the fleet: in use, and not in the period before."""
+    return sorted((p, g) for (p, g), on in used.items() if on and p > 0 and not used.get((p - 1, g), False))
+
+
+def _solve_with_churn(model, first, inputs, cost, threshold: int, n_pg, y, y_ub, keep, used):
+    """Re-solve with the churn penalty, starting from the cost-only fleet (a hint).
+
+    use[p,g] marks a GPU type in use (y <= U use, GPUs >= use); enter[p,g] >= use[p,g] -
+    use[p-1,g]; the objective adds ``threshold`` per entry.
+    """
+    for i in range(len(model.proto.variables)):
+        var = model.get_int_var_from_proto_index(i)
+        model.add_hint(var, first.value(var))
     use, enters = {}, []
     for (p, g), expr in n_pg.items():
         u = model.new_bool_var(f"use[{p},{g}]")
         use[p, g] = u
+        model.add_hint(u, used[p, g])
         for j in keep:
             if (p, j) in y and inputs.candidate_gpu[j] == g:
                 model.add(y[p, j] <= y_ub[p, j] * u)
@@ -308,31 +367,11 @@ def solve_fleet(inputs: FleetInputs, tiers: list[Tier], option: str, *, growth_p
         e = model.new_bool_var(f"enter[{p},{g}]")
         prev = use.get((p - 1, g))
         model.add(e >= u - prev) if prev is not None else model.add(e >= u)
+        model.add_hint(e, used[p, g] and not used.get((p - 1, g), False))
         enters.append(e)
-    threshold = round(inputs.switch_min_saving_usd * COST_UNITS_PER_USD)
-    model.minimize(sum(round(c * COST_UNITS_PER_USD) * v for v, c in cost_terms) + threshold * sum(enters))
-
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = 0
-    solver.parameters.max_deterministic_time = DETERMINISTIC_TIME_LIMIT
-    solver.parameters.relative_gap_limit = RELATIVE_GAP_LIMIT
-    solver.parameters.linearization_level = 2
-    for k_, v_ in EXTRA.items():
-        setattr(solver.parameters, k_, v_)
-    if inputs.time_limit_s:
-        solver.parameters.max_time_in_seconds = inputs.time_limit_s
-    code = solver.solve(model)
-    if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        out.status = "infeasible" if code == cp_model.INFEASIBLE else "unknown"
-        out.why = ("no fleet fits the inventory" if code == cp_model.INFEASIBLE
-                   else "no fleet found within the solver limit")
-        return out
-    out.status = "optimal" if code == cp_model.OPTIMAL else "feasible"
-    out.switches = sum(solver.value(e) for e in enters)
-    _read_solution(out, solver, inputs, tiers, bridge, y, n_pg, buys, res, rents, keep,
-                   rent_factor=rent_factor, buy_factor=buy_factor)
-    return out
+    model.minimize(cost + threshold * sum(enters))
+    solver = _solver(inputs)
+    return solver, solver.solve(model)
 
 
 def _read_solution(out: FleetPlan, solver, inputs: FleetInputs, tiers, bridge, y, n_pg, buys, res, rents,
