@@ -1,5 +1,6 @@
 """Budget proposals: validation, option costing, break-even, and the example's outputs."""
 
+import contextlib
 import io
 import json
 import re
@@ -10,11 +11,14 @@ import pandas as pd
 import pytest
 
 from planner import procurement as pr
+from planner.problem import load_problem
+from planner.procurement import budget_setup, parse_procurement, solve_options
 from planner.schema import PlanningInputError
 from planner.units import HOURS_PER_MONTH
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "problems" / "procurement-example.yaml"
+DAILY = ROOT / "problems" / "daily-profile-example.yaml"
 
 SMALL = """\
 name: budget-small
@@ -30,9 +34,24 @@ search: {gpus: [l40s, h100-sxm], quantization: [fp8], kv_cache_dtype: [fp8], tp:
 """
 
 
-def _problem(tmp_path, procurement: str | None, body: str = SMALL):
-    from planner.problem import load_problem
+FLEET_SECTION = """\
+  horizon_months: 12
+  growth_per_month_fraction: 0.05
+  rent:
+    - offering: on-demand
+    - offering: reserved-1y
+      usd_per_gpu_hour: {l40s: 0.85}
+  buy: {purchase_unit: gpu, lead_time_months: 3}
+"""
+RISK_SECTION = """\
+  horizon_months: 6
+  growth_per_month_fraction: 0.05
+  rent: [{offering: on-demand}]
+  buy: {purchase_unit: gpu}
+"""
 
+
+def _problem(tmp_path, procurement: str | None, body: str = SMALL):
     path = tmp_path / "p.yaml"
     path.write_text(body + (f"procurement:\n{procurement}" if procurement is not None else ""))
     return load_problem(path)
@@ -149,8 +168,6 @@ def example(tmp_path_factory):
     """``planner budget problems/procurement-example.yaml --out DIR --json`` (in process)."""
     from planner import cli
 
-    import contextlib
-
     out = tmp_path_factory.mktemp("budget") / "out"
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -238,3 +255,132 @@ def test_validate_checks_the_procurement_section(tmp_path, capsys):
     good = tmp_path / "good.yaml"
     good.write_text(SMALL + "procurement:\n  horizon_months: 6\n")
     assert cli.main(["validate", str(good)]) == 0
+
+
+# ---------------------------------------------------------------- the fleet over the horizon
+
+def test_cost_never_falls_as_growth_rises(tmp_path):
+    problem = _problem(tmp_path, FLEET_SECTION)
+    spec = parse_procurement(problem)
+    setup = budget_setup(problem, spec)
+    costs = {g: {p.option: p.cost_usd for p in solve_options(setup, g)} for g in (0.0, 0.04, 0.08, 0.12)}
+    options = [o.label for o in setup.options]
+    assert options == ["rent on-demand", "rent reserved-1y", "buy", "mix"]
+    for option in options:
+        series = [costs[g][option] for g in sorted(costs)]
+        assert all(b >= a - 1e-6 for a, b in zip(series, series[1:])), (option, series)
+        assert series[-1] > series[0]
+    for g in costs:  # the mix may combine every tier, so it is never dearer than one tier alone
+        assert costs[g]["mix"] <= min(costs[g][o] for o in options if o != "mix") + 1e-6
+
+
+@pytest.mark.parametrize("months_to_triple", [None, 24])
+def test_server_purchase_is_priced_for_the_example(months_to_triple):
+    """Whole 8-GPU servers: only H100 has a server price; the fleet uses what can be bought."""
+    problem = load_problem(EXAMPLE)
+    raw = dict(problem.spec.procurement, buy=dict(problem.spec.procurement["buy"], purchase_unit="server"))
+    if months_to_triple:
+        raw["growth_per_month_fraction"] = 3 ** (1 / months_to_triple) - 1
+    problem = problem.model_copy(update={"spec": problem.spec.model_copy(update={"procurement": raw})})
+    spec = parse_procurement(problem)
+    setup = budget_setup(problem, spec)
+    buy = next(o for o in setup.options if o.label == "buy")
+    assert buy.tiers[0].unit_gpus == {"h100-sxm": 8}
+    import dataclasses
+
+    (plan,) = solve_options(dataclasses.replace(setup, options=(buy,)), spec.growth_per_month_fraction)
+    assert plan.ok and plan.cost_usd > 0
+    bought = [a for a in plan.actions if a[4].startswith("buy")]
+    assert bought and all(a[2] == "h100-sxm" and a[3] % 8 == 0 for a in bought)
+    assert all(set(g) <= {"h100-sxm"} for g in plan.gpus)
+
+
+def test_daily_profile_costs_less_than_the_peak_all_day(tmp_path, capsys):
+    from planner import cli
+
+    out = tmp_path / "daily"
+    assert cli.main(["solve", str(DAILY), "--out", str(out), "--json", "--no-pareto"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    daily = doc["daily"]
+    assert doc["usd_per_day"] == daily["usd_per_day"] < daily["peak_all_day_usd_per_day"]
+    assert daily["peak_all_day_usd_per_day"] == pytest.approx(24 * doc["plans"][0]["usd_per_hour"])
+    hours = daily["hours"]
+    assert len(hours) == 24
+    # The day's cost is the sum of its hours; every hour holds at least the GPUs it uses.
+    assert sum(h["usd"] for h in hours) == pytest.approx(daily["usd_per_day"])
+    for h in hours:
+        for g, n in h["gpus"].items():
+            assert h["base_gpus"].get(g, 0) + h["on_demand_gpus"].get(g, 0) >= n
+    peak = max(sum(h["gpus"].values()) for h in hours)
+    night = min(sum(h["gpus"].values()) for h in hours)
+    assert peak > night
+    report = (out / "report.md").read_text()
+    assert "## Daily load profile: per-hour plan" in report and "daily_profile.png" in report
+    assert (out / "daily_profile.png").stat().st_size > 0 and (out / "daily_profile.svg").exists()
+
+
+# ---------------------------------------------------------------- scenario risk
+
+def _budget(path, *extra):
+    from planner import cli
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = cli.main(["budget", str(path), "--json", "--scenarios", "32", "--seed", "7", *extra])
+    assert code == 0, stderr.getvalue()
+    return json.loads(stdout.getvalue())
+
+
+@pytest.fixture(scope="module")
+def risk_problem(tmp_path_factory):
+    path = tmp_path_factory.mktemp("risk") / "small.yaml"
+    path.write_text(SMALL + "procurement:\n" + RISK_SECTION)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_doc(risk_problem):
+    return _budget(risk_problem, "--executor", "local", "--workers", "2")
+
+
+def test_risk_summary_invariants(local_doc):
+    risk = local_doc["risk"]
+    assert risk["scenarios"] == 32 and risk["seed"] == 7
+    options = risk["options"]
+    assert [o["option"] for o in options] == [o["option"] for o in local_doc["options"]]
+    assert sum(o["probability_cheapest"] for o in options) == pytest.approx(1.0)
+    for o in options:
+        assert o["scenarios_priced"] == 32
+        assert o["p10_usd"] <= o["p50_usd"] <= o["p90_usd"]
+    mix = next(o for o in options if o["option"] == "mix")
+    assert all(mix["p10_usd"] <= o["p10_usd"] for o in options)
+
+
+def test_sampling_is_seeded():
+    from planner.procurement.risk import sample_scenarios
+    from planner.procurement.spec import ProcurementSpec
+
+    spec = ProcurementSpec(growth_per_month_fraction=0.05, horizon_months=12)
+    a, b = sample_scenarios(spec, ["h100-sxm"], 200, 3), sample_scenarios(spec, ["h100-sxm"], 200, 3)
+    assert a == b and a != sample_scenarios(spec, ["h100-sxm"], 200, 4)
+    import numpy as np
+
+    # The median horizon traffic is the stated one: ln((1+g_s)^H) is centred on ln((1+g)^H).
+    logs = [12 * np.log1p(s.growth_per_month) for s in a]
+    assert abs(np.median(logs) - 12 * np.log1p(0.05)) < 0.08
+    flat = sample_scenarios(spec.model_copy(update={"scenarios": spec.scenarios.model_copy(
+        update={"growth_log_sd": 0.0})}), ["h100-sxm"], 5, 3)
+    assert all(s.growth_per_month == pytest.approx(0.05) for s in flat)
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def test_ray_gives_the_same_risk_as_local(risk_problem, local_doc, ray_instance):
+    ray_doc = _budget(risk_problem, "--executor", "ray")
+    assert ray_doc["risk"] == local_doc["risk"]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from ortools.sat.python import cp_model
 
+from planner.procurement.spec import traffic_scale
 from planner.units import HOURS_PER_MONTH
 
 #: Pieces each workload's traffic is routed in per period (60 = halves .. sixths exact).
@@ -158,6 +159,22 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _frontier(inputs: FleetInputs, cap, keep, rates):
+    """The period's minimal GPU vectors with replicas keyed by candidate index (None: too large)."""
+    from planner.procurement.frontier import cached_frontier
+
+    types = sorted({inputs.candidate_gpu[j] for j in keep})
+    units = np.floor(cap[keep] * RATE_UNITS_PER_S + 1e-9).astype(np.int64)
+    inventory = (np.array([inputs.inventory_gpus.get(g, 10**9) for g in types], dtype=np.int64)
+                 if inputs.inventory_gpus else None)
+    front = cached_frontier([math.ceil(r * RATE_UNITS_PER_S - 1e-9) for r in rates], units,
+                            [inputs.gpus_per_replica[j] for j in keep],
+                            [types.index(inputs.candidate_gpu[j]) for j in keep], len(types), inventory)
+    if front is None:
+        return None
+    return [(v, {keep[i]: r for i, r in reps.items()}) for v, reps in front]
+
+
 def _routing(model, inputs: FleetInputs, cap, keep, p: int, rates: list, y: dict, y_ub: dict) -> None:
     """Replicas of period p when some candidate serves several workloads: traffic routed in pieces."""
     load = {}
@@ -200,8 +217,6 @@ def solve_fleet(inputs: FleetInputs, tiers: list[Tier], option: str, *, growth_p
     bridge : Tier, optional
         A pay-per-use tier allowed before the first purchase can arrive (buy option).
     """
-    from planner.procurement.spec import traffic_scale
-
     capacity_factor = capacity_factor or {}
     per, H, r = inputs.periods, inputs.horizon_months, inputs.discount_rate_per_year
     P, n, m = len(per), len(inputs.candidate_ids), len(inputs.workloads)
@@ -220,13 +235,29 @@ def solve_fleet(inputs: FleetInputs, tiers: list[Tier], option: str, *, growth_p
     model = cp_model.CpModel()
     cost_terms: list = []   # (var, present-value USD per unit)
     y, y_ub = {}, {}        # (p, j) -> replicas, its upper bound
+    use_expr = {}           # (p, g) -> 1 when the period's chosen GPU vector has type g (frontier)
     n_pg = {}               # (p, g) -> GPUs in use (expression)
     for p, (a, b) in enumerate(per):
         scale = traffic_scale(growth_per_month, a, b)
         rates = [inputs.rate_per_s[k] * (inputs.rate_factors[p][k] if inputs.rate_factors else scale)
                  for k in range(m)]
         shared = [j for j in keep if (cap[j] > 0).sum() > 1]
-        if not shared:  # every candidate serves one workload: a cover row per workload, exact
+        front = None if shared else _frontier(inputs, cap, keep, rates)
+        if front is not None:  # one Boolean per minimal GPU vector (planner.procurement.frontier)
+            if not front:
+                out.why = "no fleet fits the inventory"
+                return out
+            z = [model.new_bool_var(f"z[{p},{i}]") for i in range(len(front))]
+            model.add_exactly_one(z)
+            for gi, g in enumerate(sorted({inputs.candidate_gpu[j] for j in keep})):
+                on = [zi for zi, (v, _) in zip(z, front) if v[gi] > 0]
+                if on:
+                    use_expr[p, g] = sum(on)
+            for j in sorted({j for _, reps in front for j in reps}):
+                coefs = [(zi, reps.get(j, 0)) for zi, (_, reps) in zip(z, front) if reps.get(j, 0)]
+                y[p, j] = sum(c * zi for zi, c in coefs)
+                y_ub[p, j] = max(c for _, c in coefs)
+        elif not shared:  # every candidate serves one workload: a cover row per workload, exact
             for k in range(m):
                 need = math.ceil(rates[k] * RATE_UNITS_PER_S - 1e-9)
                 terms = []
@@ -312,7 +343,8 @@ def solve_fleet(inputs: FleetInputs, tiers: list[Tier], option: str, *, growth_p
     entries = _entries(used)
     threshold = round(inputs.switch_min_saving_usd * COST_UNITS_PER_USD)
     if entries and threshold > 0:
-        solver, code = _solve_with_churn(model, solver, inputs, cost, threshold, n_pg, y, y_ub, keep, used)
+        solver, code = _solve_with_churn(model, solver, inputs, cost, threshold, n_pg, y, y_ub, keep, used,
+                                         use_expr)
         used = {key: solver.value(expr) > 0 for key, expr in n_pg.items()}
         entries = _entries(used)
         out.status = "optimal" if code == cp_model.OPTIMAL else "feasible"
@@ -343,17 +375,21 @@ def _entries(used: dict) -> list:
     return sorted((p, g) for (p, g), on in used.items() if on and p > 0 and not used.get((p - 1, g), False))
 
 
-def _solve_with_churn(model, first, inputs, cost, threshold: int, n_pg, y, y_ub, keep, used):
+def _solve_with_churn(model, first, inputs, cost, threshold: int, n_pg, y, y_ub, keep, used, use_expr):
     """Re-solve with the churn penalty, starting from the cost-only fleet (a hint).
 
-    use[p,g] marks a GPU type in use (y <= U use, GPUs >= use); enter[p,g] >= use[p,g] -
-    use[p-1,g]; the objective adds ``threshold`` per entry.
+    use[p,g] marks a GPU type in use: the sum of the period's frontier vectors holding g, or
+    a Boolean with y <= U use and GPUs >= use; enter[p,g] >= use[p,g] - use[p-1,g]; the
+    objective adds ``threshold`` per entry.
     """
     for i in range(len(model.proto.variables)):
         var = model.get_int_var_from_proto_index(i)
         model.add_hint(var, first.value(var))
     use, enters = {}, []
     for (p, g), expr in n_pg.items():
+        if (p, g) in use_expr:
+            use[p, g] = use_expr[p, g]
+            continue
         u = model.new_bool_var(f"use[{p},{g}]")
         use[p, g] = u
         model.add_hint(u, used[p, g])
