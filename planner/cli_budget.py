@@ -76,6 +76,7 @@ def budget_markdown(result) -> str:
            f"fleet after the first period only if that saves more than {spec.churn.min_saving_usd:,.0f} USD "
            f"(churn rule); costs are discounted at {spec.discount_rate_per_year_fraction:.1%} per year in "
            "`present_value_usd`."), "",
+          *_profile_note(problem),
           "## Total cost of each option over the horizon (USD)", "",
           ("`cost_usd` is the cost attributable to the horizon (rent paid; for buying: depreciation inside "
            "the horizon + power + hosting); `cash_usd` is the money paid inside it; "
@@ -103,6 +104,17 @@ def budget_markdown(result) -> str:
     md += ["", "## Assumptions", ""]
     md += _table(result.assumptions)
     return "\n".join(md) + "\n"
+
+
+def _profile_note(problem) -> list[str]:
+    from planner.procurement.profile import budget_levels
+
+    levels = budget_levels(problem)
+    if len(levels) == 1:
+        return []
+    return [(f"Daily load profile: pay-per-use GPUs follow {len(levels)} hour levels (fraction of the peak "
+             "fleet: share of the day) " + ", ".join(f"{r:.2f}: {w:.0%}" for r, w in levels)
+             + "; owned and reserved GPUs are held all day."), ""]
 
 
 def risk_markdown(risk) -> list[str]:

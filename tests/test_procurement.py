@@ -340,7 +340,27 @@ def risk_problem(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def local_doc(risk_problem):
-    return _budget(risk_problem, "--executor", "local", "--workers", "2")
+    return _budget(risk_problem, "--executor", "local", "--workers", "2", "--out", str(risk_problem.parent / "out"))
+
+
+def test_risk_is_in_every_rendering(risk_problem, local_doc):
+    from openpyxl import load_workbook
+
+    out = risk_problem.parent / "out"
+    options = local_doc["risk"]["options"]
+    rows = list(load_workbook(out / "budget.xlsx", read_only=True)["Risk"].iter_rows(values_only=True))
+    sheet = [dict(zip(rows[0], r)) for r in rows[1:]]
+    assert [(r["option"], r["p50_usd"], r["probability_cheapest"]) for r in sheet] == \
+        [(o["option"], o["p50_usd"], o["probability_cheapest"]) for o in options]
+    csv = pd.read_csv(out / "budget_risk.csv")
+    assert list(csv["p90_usd"]) == [o["p90_usd"] for o in options]
+    scenarios = pd.read_csv(out / "budget_scenarios.csv")
+    assert len(scenarios) == 32 and list(scenarios["scenario"]) == list(range(32))
+    for o in options:  # the summary is the percentiles of the per-scenario costs
+        assert o["p50_usd"] == round(float(np.percentile(scenarios[o["option"]], 50)))
+    md = (out / "budget.md").read_text()
+    assert "## Risk over 32 scenarios (seed 7)" in md and f"{options[0]['p50_usd']:,.0f}" in md
+    assert (out / "budget_risk.png").stat().st_size > 0 and (out / "budget_risk.svg").exists()
 
 
 def test_risk_summary_invariants(local_doc):
@@ -384,3 +404,19 @@ def ray_instance():
 def test_ray_gives_the_same_risk_as_local(risk_problem, local_doc, ray_instance):
     ray_doc = _budget(risk_problem, "--executor", "ray")
     assert ray_doc["risk"] == local_doc["risk"]
+
+
+def test_scenario_flags_are_checked_and_ray_is_optional(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from planner import cli
+
+    path = tmp_path / "p.yaml"
+    path.write_text(SMALL + "procurement:\n" + RISK_SECTION)
+    assert cli.main(["budget", str(path), "--scenarios", "-1"]) == 2
+    assert "--scenarios: must be >= 0" in capsys.readouterr().err
+    assert cli.main(["budget", str(path), "--ray-address", "auto"]) == 2
+    assert "--ray-address: needs --executor ray" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    assert cli.main(["budget", str(path), "--scenarios", "2", "--executor", "ray"]) == 2
+    assert "pip install 'llm-deployment-planner[distributed]'" in capsys.readouterr().err
