@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import time
 from pathlib import Path
 
@@ -44,15 +46,20 @@ def main() -> None:
             workers = int(name[3:])
             ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)
             kw = {"executor": "ray", "workers": workers}
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime
         risk = scenario_risk(setup, spec, args.scenarios, args.seed, **kw)
         wall = time.perf_counter() - t0
+        # CPU seconds of the pool's worker processes (local only: Ray's workers are not children).
+        cpu = resource.getrusage(resource.RUSAGE_CHILDREN).ru_utime - c0 if ray is None else None
         if ray is not None:
             ray.shutdown()
         doc = risk.document()
         reference = reference or doc
         results.append({"executor": name, "scenarios": args.scenarios, "wall_s": round(wall, 1),
-                        "s_per_scenario": round(wall / args.scenarios, 3), "same_risk": doc == reference})
+                        "s_per_scenario": round(wall / args.scenarios, 3),
+                        "worker_cpu_s_per_scenario": round(cpu / args.scenarios, 3) if cpu else None,
+                        "load_average_1min": round(os.getloadavg()[0], 1),
+                        "same_risk": doc == reference})
         print(json.dumps(results[-1]), flush=True)
     print(json.dumps({"risk": reference}, indent=1))
 
