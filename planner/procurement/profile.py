@@ -56,34 +56,6 @@ def budget_levels(problem) -> tuple[tuple[float, float], ...]:
     return tuple((v, n / HOURS_PER_DAY) for v, n in sorted(levels.items()))
 
 
-def scaled_problem(problem, factors: dict[str, float]):
-    """The problem with each workload's rate multiplied by its factor (0 drops the workload).
-
-    One ranked plan, no profile (the scaled problem is one hour or one period).
-    """
-    from planner.problem import ProblemSpec, resolve_problem
-
-    data = problem.spec.model_dump(exclude_none=True)
-    data.pop("load_profile", None)
-    kept = []
-    for w in data["workloads"]:
-        w.pop("load_profile", None)
-        f = factors.get(w["name"], 1.0)
-        if f <= 0:
-            continue
-        for key in ("rate_per_s", "requests_per_day", "tokens_per_day"):
-            if key in w:
-                w[key] = w[key] * f
-        kept.append(w)
-    data["workloads"] = kept
-    names = {w["name"] for w in kept}
-    cons = data.get("constraints", {})
-    if "redundancy" in cons:
-        cons["redundancy"] = [w for w in cons["redundancy"] if w in names]
-    data.setdefault("optimize", {})["top_k"] = 1
-    return resolve_problem(ProblemSpec.model_validate(data), problem.path, problem.catalog)
-
-
 def _base_price(problem, gpu: str, offering: str) -> float | None:
     """USD/GPU-h of an always-on GPU: the catalog's default row of the offering (None: none)."""
     if offering == problem.spec.price_offering:
