@@ -420,3 +420,20 @@ def test_scenario_flags_are_checked_and_ray_is_optional(tmp_path, capsys, monkey
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     assert cli.main(["budget", str(path), "--scenarios", "2", "--executor", "ray"]) == 2
     assert "pip install 'llm-deployment-planner[distributed]'" in capsys.readouterr().err
+
+
+def test_budget_rents_per_hour_level_of_the_load_profile():
+    from planner.procurement.fleet import PAY_PER_USE, RESERVED
+    from planner.procurement.profile import budget_levels
+
+    levels = budget_levels(load_problem(DAILY))
+    assert sum(share for _, share in levels) == pytest.approx(1.0) and levels[-1][0] == 1.0
+    assert dict(levels)[0.1] == pytest.approx(5 / 24)  # five night hours at 10% of the peak
+    # Peak 3 req/s needs 2 'ga' GPUs (2 req/s each); half the day at half load needs ceil(0.5 x 2) = 1.
+    inputs = _inputs([3.0], ((0, 6),), levels=((0.5, 0.5), (1.0, 0.5)))
+    od = pr.Tier("od", PAY_PER_USE, usd_per_gpu_hour={"ga": 2.0})
+    plan = pr.solve_fleet(inputs, [od], "od", growth_per_month=0.0)
+    assert plan.cost_usd == pytest.approx((1 * 0.5 + 2 * 0.5) * 6 * HOURS_PER_MONTH * 2.0)
+    reserved = pr.Tier("r1", RESERVED, term_months=12, usd_per_gpu_hour={"ga": 1.0})
+    plan = pr.solve_fleet(inputs, [reserved], "r1", growth_per_month=0.0)  # held all day at the peak
+    assert plan.held[0] == {(RESERVED, "r1", "ga"): 2}
