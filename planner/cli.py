@@ -153,6 +153,10 @@ def cmd_validate(args) -> int:
     from planner.problem import load_problem
 
     problem = load_problem(args.problem, _catalog(args))
+    if problem.spec.procurement is not None:
+        from planner.procurement.spec import parse_procurement
+
+        parse_procurement(problem)  # the `procurement:` section is checked too (exit 2 naming the path)
     _print_warnings(problem)
     summary = {"problem": problem.name, "valid": True, "workloads": [w.name for w in problem.workloads],
                "gpus": list(problem.gpus), "quantization": list(problem.quantization),

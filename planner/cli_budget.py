@@ -21,7 +21,17 @@ def add_budget_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("budget", help="budget proposal: plan per quarter under growth, rent vs buy")
     p.add_argument("problem", help="problem YAML with a procurement: section")
     p.add_argument("--out", help="directory for budget.md, the CSVs and budget.xlsx")
-    p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
+    p.add_argument("--time-limit", type=float, help="wall-clock limit per fleet solve [s] (default: a "
+                   "deterministic limit only)")
+    p.add_argument("--scenarios", type=int, default=0, metavar="N",
+                   help="sample N scenarios (growth, prices, prediction error) and report their risk")
+    p.add_argument("--seed", type=int, default=0, help="seed of the scenario sampling (default 0)")
+    p.add_argument("--growth-width", type=float, metavar="SD",
+                   help="sd of ln(horizon traffic) of the growth sampling (default procurement.scenarios)")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="local: a process pool; ray: Ray tasks (extra [distributed])")
+    p.add_argument("--workers", type=int, help="processes (local) or concurrent tasks (ray); default: all CPUs")
+    p.add_argument("--ray-address", help="address of an existing Ray cluster (e.g. ray://head:10001 or auto)")
     p.add_argument("--json", action="store_true", help="machine-readable result on stdout")
     p.set_defaults(func=cmd_budget)
     return p
@@ -60,16 +70,25 @@ def budget_markdown(result) -> str:
           f"grows {spec.growth_per_month_fraction:.1%} per month (each period is sized for its peak). "
           f"Status: **{result.status}**." + (f" Cheapest option: **{result.best_option}**." if result.best_option
                                              else ""), "",
+          ("Each option is one fleet plan over the whole horizon (one CP-SAT model over all periods): "
+           "owned GPUs are bought with a lead time and kept, reservations are held for their term, "
+           "on-demand GPUs are rented per period; `mix` may combine every tier. A GPU type enters the "
+           f"fleet after the first period only if that saves more than {spec.churn.min_saving_usd:,.0f} USD "
+           f"(churn rule); costs are discounted at {spec.discount_rate_per_year_fraction:.1%} per year in "
+           "`present_value_usd`."), "",
+          *_profile_note(problem),
           "## Total cost of each option over the horizon (USD)", "",
           ("`cost_usd` is the cost attributable to the horizon (rent paid; for buying: depreciation inside "
            "the horizon + power + hosting); `cash_usd` is the money paid inside it; "
            "`committed_after_horizon_usd` is reserved capacity still owed after it."), ""]
-    md += _table(opts[["rank", "option", "kind", "cost_usd", "cash_usd", "capex_usd", "power_usd", "hosting_usd",
-                       "committed_after_horizon_usd", "residual_value_usd", "usd_per_gpu_hour_paid", "missing"]],
+    md += _table(opts[["rank", "option", "kind", "cost_usd", "present_value_usd", "cash_usd",
+                       "capex_usd", "power_usd", "hosting_usd", "committed_after_horizon_usd",
+                       "residual_value_usd", "usd_per_gpu_hour_paid", "gpu_type_switches", "status", "missing"]],
                  usd_cols=USD_COLS)
-    md += ["", "## Plan of each period", ""]
+    md += ["", "## Fleet of each option per period", "",
+           "GPUs in use at the period's peak by type; `held`: GPUs held per tier.", ""]
     md += _table(result.periods, usd_cols=())
-    md += ["", "## What to buy or rent, and when", "",
+    md += ["", "## What to buy, reserve, rent and release, and when", "",
            "GPUs added (or released) at the start of each period, per option.", ""]
     md += _table(result.actions) if not result.actions.empty else ["(nothing to procure)"]
     md += ["", "## Break-even utilization of buying vs renting", "",
@@ -80,12 +99,35 @@ def budget_markdown(result) -> str:
     md += ["", "## Sensitivity (total cost_usd per option)", ""]
     usd = [c for c in result.sensitivity.columns if c in set(result.options["option"])]
     md += _table(result.sensitivity, usd_cols=usd)
+    if result.risk is not None:
+        md += risk_markdown(result.risk)
     md += ["", "## Assumptions", ""]
     md += _table(result.assumptions)
     return "\n".join(md) + "\n"
 
 
-USD_COLS = ("cost_usd", "cash_usd", "capex_usd", "power_usd", "hosting_usd",
+def _profile_note(problem) -> list[str]:
+    from planner.procurement.profile import budget_levels
+
+    levels = budget_levels(problem)
+    if len(levels) == 1:
+        return []
+    return [(f"Daily load profile: pay-per-use GPUs follow {len(levels)} hour levels (fraction of the peak "
+             "fleet: share of the day) " + ", ".join(f"{r:.2f}: {w:.0%}" for r, w in levels)
+             + "; owned and reserved GPUs are held all day."), ""]
+
+
+def risk_markdown(risk) -> list[str]:
+    w = risk.widths
+    md = ["", f"## Risk over {risk.scenarios} scenarios (seed {risk.seed})", "",
+          (f"Sampled: traffic at the horizon log-normal around the stated growth (sd of the log "
+           f"{w['growth_log_sd']:g}), rental and purchase price factors (sd {w['price_log_sd']:g}) and the "
+           f"serving model's capacity error per GPU type (sd {w['prediction_log_sd']:g}); every scenario "
+           "re-solves each option's fleet. See `budget_risk.png`."), ""]
+    return md + _table(risk.summary, usd_cols=("p10_usd", "p50_usd", "p90_usd", "mean_usd"))
+
+
+USD_COLS = ("cost_usd", "present_value_usd", "cash_usd", "capex_usd", "power_usd", "hosting_usd",
             "committed_after_horizon_usd", "residual_value_usd")
 
 
@@ -102,8 +144,9 @@ def budget_xlsx(result) -> bytes:
 
     wb = Workbook()
     wb.remove(wb.active)
-    for sheet, attr in SHEETS.items():
-        frame = getattr(result, attr)
+    sheets = dict(SHEETS) | ({"Risk": "risk"} if result.risk is not None else {})
+    for sheet, attr in sheets.items():
+        frame = getattr(result, attr) if attr != "risk" else result.risk.summary
         if sheet == "Options":      # in rank order, as in budget.md (unpriced options last)
             frame = frame.sort_values(["rank", "option"], na_position="last")
         ws = wb.create_sheet(sheet)
@@ -155,9 +198,12 @@ def budget_document(result) -> dict:
     def records(frame):
         return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
 
-    return {"problem": result.problem.name, "status": result.status, "best_option": result.best_option,
-            "procurement": result.spec.model_dump(),
-            **{attr: records(getattr(result, attr)) for attr in SHEETS.values()}}
+    doc = {"problem": result.problem.name, "status": result.status, "best_option": result.best_option,
+           "procurement": result.spec.model_dump(),
+           **{attr: records(getattr(result, attr)) for attr in SHEETS.values()}}
+    if result.risk is not None:
+        doc["risk"] = result.risk.document()
+    return doc
 
 
 def budget_files(result) -> dict[str, bytes | str]:
@@ -165,7 +211,35 @@ def budget_files(result) -> dict[str, bytes | str]:
     from planner.outputs.tables import csv_text
 
     files.update({name: csv_text(getattr(result, attr)) for name, attr in BUDGET_CSV.items()})
+    if result.risk is not None:
+        from planner.outputs.plots import _save
+
+        files["budget_risk.csv"] = csv_text(result.risk.summary)
+        files["budget_scenarios.csv"] = csv_text(result.risk.table)
+        for fmt, data in _save(risk_figure(result.risk)).items():
+            files[f"budget_risk.{fmt}"] = data
     return files
+
+
+def risk_figure(risk):
+    """P10-P90 bar with the P50 mark per option, and the probability of being cheapest."""
+    import matplotlib
+
+    from planner.outputs.plots import RC, _figure
+
+    with matplotlib.rc_context(RC):
+        fig = _figure()
+        ax = fig.add_subplot()
+        s = risk.summary.dropna(subset=["p50_usd"])
+        y = range(len(s))
+        ax.barh(list(y), (s["p90_usd"] - s["p10_usd"]).to_numpy(float), left=s["p10_usd"].to_numpy(float),
+                color="C0", alpha=0.5, label="P10-P90")
+        ax.scatter(s["p50_usd"].to_numpy(float), list(y), color="black", zorder=3, label="P50")
+        ax.set_yticks(list(y), [f"{o} ({p:.0%} cheapest)" for o, p in zip(s["option"], s["probability_cheapest"])])
+        ax.set_xlabel("total cost over the horizon [USD]")
+        ax.legend(fontsize=8)
+        ax.set_title(f"Total cost per option over {risk.scenarios} scenarios (seed {risk.seed})")
+    return fig
 
 
 def cmd_budget(args) -> int:
@@ -175,13 +249,32 @@ def cmd_budget(args) -> int:
     from planner.outputs.writer import check_out_dir, file_sha256, write_files
     from planner.problem import load_problem
     from planner.procurement import budget, parse_procurement
+    from planner.schema import PlanningInputError
 
+    bad = [f"--{k.replace('_', '-')}: must be >= {lo}" for k, lo in (("scenarios", 0), ("workers", 1))
+           if getattr(args, k) is not None and getattr(args, k) < lo]
+    if args.growth_width is not None and not 0 <= args.growth_width <= 3:
+        bad.append("--growth-width: must be in [0, 3]")
+    if args.ray_address and args.executor != "ray":
+        bad.append("--ray-address: needs --executor ray")
+    if bad:
+        raise PlanningInputError(bad)
     problem = load_problem(args.problem, load_catalog(getattr(args, "catalog_dir", None)))
     spec = parse_procurement(problem)
     if args.out:
         check_out_dir(args.out)
-    result = budget(problem, spec, time_limit_s=args.time_limit,
-                    progress=lambda line: print(f"budget: {line}", file=sys.stderr))
+    progress = lambda line: print(f"budget: {line}", file=sys.stderr)  # noqa: E731
+    result = budget(problem, spec, time_limit_s=args.time_limit, progress=progress)
+    if args.scenarios:
+        import dataclasses
+
+        from planner.procurement.risk import scenario_risk
+
+        progress(f"{args.scenarios} scenarios on {args.executor}")
+        risk = scenario_risk(result.setup, spec, args.scenarios,
+                             args.seed, growth_log_sd=args.growth_width, executor=args.executor,
+                             workers=args.workers, address=args.ray_address)
+        result = dataclasses.replace(result, risk=risk)
     if args.out:
         record = {"command": "budget", "problem": problem.name,
                   "input": {"path": problem.path, "sha256": file_sha256(problem.path)},

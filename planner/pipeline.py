@@ -57,6 +57,7 @@ class PlanResult:
     timings_s: dict = field(default_factory=dict)
     #: The plans' routing carries simulated p95s (``solve --verify``).
     verified: bool = False
+    daily: dict | None = None  # per-hour plan of a load profile (planner.procurement.profile)
 
     @property
     def best(self) -> RankedPlan | None:
@@ -329,6 +330,11 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         plans = verify_plans(problem, candidates, plans)
         timings["verify"] = time.perf_counter() - t0 - t_search - t_solve - t_pareto
     diagnosis = [] if plans else diagnose(problem, candidates, instance, options)
+    daily = None
+    if plans and (problem.spec.load_profile or any(w.load_profile for w in problem.spec.workloads)):
+        from planner.procurement.profile import daily_plan
+
+        daily = daily_plan(problem, plans[0], time_limit_s=time_limit_s)
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
-                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis,
+                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis, daily=daily,
                       timings_s={**timings, "total": time.perf_counter() - t0}, verified=verify)

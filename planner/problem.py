@@ -92,6 +92,31 @@ class Slo(Strict):
     tpot_p95_s: float = Field(gt=0)
 
 
+HOURS_PER_DAY = 24
+
+
+class LoadProfile(Strict):
+    """A daily load curve: 24 hourly multipliers of the rate, normalized to their peak.
+
+    Hour t carries rate x hourly[t] / max(hourly): the workload's rate is its peak-hour
+    rate. ``planner solve`` sizes an always-on base plus on-demand replicas per hour, and
+    ``planner budget`` sizes its pay-per-use tiers per hour (docs/reports.md).
+    """
+
+    hourly: tuple[float, ...]
+    base_offering: Literal["on-demand", "reserved-1y", "reserved-3y"] = "reserved-1y"
+    scale_up_lead_time_s: float = Field(default=600.0, ge=0, le=3600)
+
+    @field_validator("hourly")
+    @classmethod
+    def _hours(cls, v):
+        if len(v) != HOURS_PER_DAY:
+            raise ValueError(f"give {HOURS_PER_DAY} multipliers (hour 0..23), got {len(v)}")
+        if min(v) < 0 or not max(v) > 0:
+            raise ValueError("multipliers must be >= 0 with at least one > 0")
+        return v
+
+
 class Workload(Strict):
     """One traffic class: a model, Poisson arrivals, length distributions and p95 SLOs."""
 
@@ -105,6 +130,7 @@ class Workload(Strict):
     trace_csv: str | None = None
     prefix_cache_hit_fraction: float = Field(default=0.0, ge=0, lt=1)
     slo: Slo | None = None
+    load_profile: LoadProfile | None = None
 
     @field_validator("prompt_tokens", "output_tokens", mode="before")
     @classmethod
@@ -229,6 +255,7 @@ class ProblemSpec(Strict):
     serving: ServingOverrides = ServingOverrides()
     quality: QualityOptions = QualityOptions()
     procurement: dict | None = None
+    load_profile: LoadProfile | None = None
 
     @field_validator("capacity_table")
     @classmethod

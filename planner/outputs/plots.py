@@ -128,6 +128,10 @@ def render_plots(result, doc: dict) -> dict[str, bytes]:
         "pareto_ttft": front_figure(result.pareto, "ttft_p95_s", "Cost vs p95 TTFT target (mixed and per GPU type)"),
         "plan_costs": plan_costs_figure(doc["plans"]),
     }
+    if doc.get("daily"):
+        from planner.outputs.daily import daily_figure
+
+        figures["daily_profile"] = daily_figure(doc["daily"])
     out = {}
     for name, fig in figures.items():
         for fmt, data in _save(fig).items():

@@ -194,6 +194,9 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
                        for d in p["deployments"]]))
             b.append(_latency_table(doc, p))
 
+    from planner.outputs.daily import daily_blocks
+
+    b += daily_blocks(doc)
     b.append(("h", 2, "Cost vs p95 latency fronts"))
     b.append(("p", ("Each point re-solves the plan with every workload's SLO tightened to the target: "
                     "the mixed front may combine GPU types, the others use one GPU type.")))

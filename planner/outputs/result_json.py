@@ -126,6 +126,7 @@ def result_to_dict(result: PlanResult) -> dict:
         "margins": margins.describe(),
         **({"verification": verify_settings()} if result.verified else {}),
         "timings_s": result.timings_s,
+        **({"usd_per_day": result.daily["usd_per_day"], "daily": result.daily} if result.daily else {}),
     }
 
 
