@@ -127,7 +127,8 @@ def test_budget_workbook_options_sheet_in_rank_order():
                             "kind": ["buy", "rent", "rent", "rent"],
                             "cost_usd": [300.0, 500.0, 250.0, np.nan], "rank": [2.0, 3.0, 1.0, np.nan]})
     empty = pd.DataFrame({"x": [1]})
-    result = SimpleNamespace(**{attr: (options if attr == "options" else empty) for attr in SHEETS.values()})
+    result = SimpleNamespace(risk=None,
+                             **{attr: (options if attr == "options" else empty) for attr in SHEETS.values()})
     rows = list(load_workbook(io.BytesIO(budget_xlsx(result)), read_only=True)["Options"].iter_rows(values_only=True))
     assert [r[0] for r in rows[1:]] == ["rent reserved-1y", "buy", "rent on-demand", "rent spot"]
     assert [r[3] for r in rows[1:]] == [1, 2, 3, None]
