@@ -28,6 +28,20 @@ def _resolve(catalog: Catalog, model: str, gpu: str | None, quant: str, kv_dtype
     return m, g, q, k
 
 
+def check_parallelism(model, gpu, tp: int, pp: int) -> None:
+    """The rules the planner's search applies (``planner.search.REASONS``), for one configuration:
+    tp divides the attention heads and fits the GPU's scale-up domain, pp <= layers."""
+    problems = []
+    if model.num_attention_heads % tp:
+        problems.append(f"--tp: {tp} does not divide {model.id}'s {model.num_attention_heads} attention heads")
+    if gpu is not None and tp > gpu.max_gpus_per_scale_up_domain:
+        problems.append(f"--tp: {tp} exceeds {gpu.id}'s scale-up domain of {gpu.max_gpus_per_scale_up_domain} GPUs")
+    if pp > model.num_layers:
+        problems.append(f"--pp: {pp} exceeds {model.id}'s {model.num_layers} layers")
+    if problems:
+        raise PlanningInputError(problems)
+
+
 def _frame(model, gpu, quant, kv, tp, pp, batches, prompt, output, context) -> pd.DataFrame:
     n = len(batches)
     return pd.DataFrame({
@@ -64,6 +78,7 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
     if context is not None and context < 0:
         raise PlanningInputError(f"--context: must be >= 0, got {context}")
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    check_parallelism(m, g, tp, pp)
     cal = parameters.load(calibration)
     params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id],
                                          math_modes=[catalog.math_mode(g.id, q.id)])
@@ -120,6 +135,7 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
         raise PlanningInputError("--batches: give at least one batch size")
     _check_positive(context=context, tp=tp, pp=pp, **{"batches": min(batches)})
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    check_parallelism(m, g, tp, pp)
     cal = parameters.load(calibration)
     params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id],
                                          math_modes=[catalog.math_mode(g.id, q.id)])
@@ -147,6 +163,9 @@ def train(catalog: Catalog, *, params: float, tokens: float, gpu: str, gpus: int
     if mfu > 1:
         raise PlanningInputError(f"--mfu: must be a fraction in (0, 1], got {mfu}")
     g = catalog.gpu(gpu, "--gpu")
+    if g.peak_flops_per_s("bf16") is None:
+        raise PlanningInputError(f"--gpu: {g.id} has no BF16 TFLOPS figure in the catalog (unknown compute); "
+                                 "add one with a source to use it")
     out = economics.training_estimate(params, tokens, g.peak_flops_per_s("bf16"), gpus, mfu)
     m = micro_batches if micro_batches is not None else pp
     out.update({"params": params, "tokens": tokens, "gpu": g.id, "gpus": gpus, "mfu": mfu,

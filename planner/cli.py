@@ -12,6 +12,8 @@ from planner import jsonio
 from planner.schema import PlanningInputError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+#: The solver's time limit ran out with no plan and no proof of infeasibility (status "unknown").
+EXIT_UNKNOWN = 4
 
 
 class UsageError(Exception):
@@ -183,7 +185,9 @@ def cmd_solve(args) -> int:
         print(jsonio.dumps(result_to_dict(result)))
     else:
         print(result_text(result))
-    return EXIT_OK if result.plans else EXIT_INFEASIBLE
+    if result.plans:
+        return EXIT_OK
+    return EXIT_UNKNOWN if result.status == "unknown" else EXIT_INFEASIBLE
 
 
 # ---------------------------------------------------------------- parser
@@ -296,9 +300,23 @@ _EXTRA_COMMANDS: list = []
 
 
 def main(argv=None) -> int:
+    from planner.interrupt import exit_code, handling_signals
+
+    try:
+        with handling_signals():
+            return _run(argv)
+    except KeyboardInterrupt as exc:  # a signal between the handlers' install and _run
+        return exit_code(exc)
+
+
+def _run(argv) -> int:
+    from planner.cli_checks import check_flags
+    from planner.interrupt import exit_code
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        check_flags(parser, args)
         return args.func(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -307,8 +325,9 @@ def main(argv=None) -> int:
         for line in exc.problems:
             print(f"error: {line}", file=sys.stderr)
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C (130), SIGTERM (143), SIGHUP (129): cleanup has run
+        print("interrupted", file=sys.stderr)
+        return exit_code(exc)
     except BrokenPipeError:  # output piped into `head`: not an error
         sys.stderr.close()
         return EXIT_OK

@@ -96,10 +96,14 @@ def bound(path: str, value, low: float | None, high: float) -> str | None:
     """``path: ...`` when ``value`` lies outside [low, high], else None."""
     if value is None:
         return None
+
+    def text(x):
+        return f"{x:,}" if isinstance(x, int) else f"{x:.6g}"
+
     if value > high:
-        return f"{path}: {value:.6g} is above the limit of {high:.6g} (see docs/problem-format.md, Limits)"
+        return f"{path}: {text(value)} is above the limit of {text(high)} (see docs/problem-format.md, Limits)"
     if low is not None and value < low:
-        return f"{path}: {value:.6g} is below the limit of {low:.6g} (see docs/problem-format.md, Limits)"
+        return f"{path}: {text(value)} is below the limit of {text(low)} (see docs/problem-format.md, Limits)"
     return None
 
 
@@ -115,6 +119,16 @@ def _length_problems(path: str, spec) -> list:
             out.append(f"{path}.histogram.tokens: {len(h.tokens)} bins, at most {MAX_HISTOGRAM_BINS}")
         return out
     return [bound(f"{path}.mean", spec.mean, None, MAX_TOKENS), bound(f"{path}.p95", spec.p95, None, MAX_TOKENS)]
+
+
+def engine_problem(where: str, engine: str | None) -> str | None:
+    """``where: unknown engine ...`` unless ``engine`` is None or one the planner generates settings for."""
+    from planner.catalog import suggest
+    from planner.outputs.launch import ENGINES
+
+    if engine is None or engine in ENGINES:
+        return None
+    return f"{where}: unknown engine {engine!r} (known: {', '.join(ENGINES)}){suggest(engine, ENGINES)}"
 
 
 def check_spec(spec) -> list[str]:
@@ -160,6 +174,7 @@ def check_spec(spec) -> list[str]:
     out.append(bound("optimize.pareto_points", o.pareto_points, None, MAX_PARETO_POINTS))
     out.append(bound("optimize.num_workers", o.num_workers, None, MAX_NUM_WORKERS))
     out.append(bound("optimize.time_limit_s", o.time_limit_s, None, MAX_TIME_LIMIT_S))
+    out.append(engine_problem("serving.engine", spec.serving.engine))
     out.append(bound("serving.step_overhead_s", spec.serving.step_overhead_s, None, MAX_STEP_OVERHEAD_S))
     out.append(bound("serving.workspace_bytes", spec.serving.workspace_bytes, None, MAX_WORKSPACE_BYTES))
     return [line for line in out if line]

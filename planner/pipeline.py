@@ -204,9 +204,10 @@ def solver_summary(result) -> dict:
 
 
 def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
-         pareto: bool = True) -> PlanResult:
-    """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible."""
-    from planner.diagnosis import diagnose
+         pareto: bool = True, diagnose: bool = True) -> PlanResult:
+    """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible
+    (``diagnose=False``: none, for the diagnosis's own re-solves)."""
+    from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
     from planner.pareto import pareto_fronts
 
     t0 = time.perf_counter()
@@ -215,11 +216,13 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     options = solver_options(problem, time_limit_s)
     instance = planning_instance(problem, candidates)
     k = top_k or problem.spec.optimize.top_k
-    solutions = k_best(instance, k, options) if instance is not None else []
+    solves: list = []
+    solutions = k_best(instance, k, options, statuses=solves) if instance is not None else []
     first = solutions[0][0] if solutions else None
     t_solve = time.perf_counter() - t0 - t_search
     plans = _rank_plans(problem, candidates, [s for s in solutions if s[1] is not None])
-    status = str(first.status) if first is not None and plans else "infeasible"
+    undecided = not plans and bool(solves) and solves[0].status == SolveStatus.UNKNOWN
+    status = str(first.status) if first is not None and plans else "unknown" if undecided else "infeasible"
     counts = {"enumerated": int(len(candidates)), "feasible": int(candidates["feasible"].sum()),
               "rejected": rejection_counts(candidates) if "infeasible_reason" in candidates else {}}
     if instance is not None:
@@ -229,11 +232,19 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         counts["in_model"] = int(len(instance.candidates) - len(pruned))
         counts["pruned_dominated"] = counts["feasible"] - counts["in_model"]
     fronts = pd.DataFrame()
+    t_pareto = 0.0          # only the fronts' own time (0 with --no-pareto)
     if plans and pareto and not problem.measured:
+        t_fronts = time.perf_counter()
         fronts = pareto_fronts(problem, candidates, options)
-    t_pareto = time.perf_counter() - t0 - t_search - t_solve
-    diagnosis = [] if plans else diagnose(problem, candidates, instance, options)
+        t_pareto = time.perf_counter() - t_fronts
+    if plans or not diagnose:
+        diagnosis = []
+    elif undecided:
+        diagnosis = [undecided_finding(options)]
+    else:
+        diagnosis = diagnose_problem(problem, candidates, instance, options)
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
-                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis,
+                      solver=solver_summary(first if first is not None or not undecided else solves[0]),
+                      counts=counts, diagnosis=diagnosis,
                       timings_s={"search": t_search, "solve": t_solve, "pareto": t_pareto,
                                  "total": time.perf_counter() - t0})
