@@ -179,7 +179,10 @@ def cmd_solve(args) -> int:
     if args.out:
         from planner.outputs.writer import write_outputs
 
-        write_outputs(result, args.out)
+        try:
+            write_outputs(result, args.out)
+        except OSError as exc:  # disk full, permissions changed meanwhile: nothing was replaced
+            raise PlanningInputError(f"--out {args.out}: cannot write: {exc}") from None
         print(f"wrote {args.out}", file=sys.stderr)
     if args.json:
         print(jsonio.dumps(result_to_dict(result)))

@@ -138,13 +138,10 @@ def write_files(out_dir, files: dict[str, bytes | str], record: dict) -> Path:
     record = {"generator": GENERATOR, **record,
               "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "python": platform.python_version(), "packages": package_versions(), "files": digests}
-    try:
-        with atomic_output_dir(out_dir) as tmp:
-            for rel in sorted(files):
-                _write_file(tmp, rel, files[rel])
-            _write_file(tmp, RUN_FILE, jsonio.dumps(record) + "\n")
-    except OSError as exc:  # disk full, permissions changed meanwhile: nothing was replaced
-        raise PlanningInputError(f"--out {out_dir}: cannot write: {exc}") from None
+    with atomic_output_dir(out_dir) as tmp:
+        for rel in sorted(files):
+            _write_file(tmp, rel, files[rel])
+        _write_file(tmp, RUN_FILE, jsonio.dumps(record) + "\n")
     return out_dir
 
 
