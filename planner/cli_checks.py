@@ -39,6 +39,9 @@ FLAG_LIMITS = {
     "--rate": (None, limits.MAX_RATE_PER_S),
     "--slo-ttft-p95": (None, limits.MAX_SLO_S),
     "--slo-tpot-p95": (None, limits.MAX_SLO_S),
+    "--mem-eff": (limits.MIN_EFFICIENCY, 1.0),
+    "--compute-eff": (limits.MIN_EFFICIENCY, 1.0),
+    "--mfu": (limits.MIN_EFFICIENCY, 1.0),
 }
 #: Flags that must be > 0 (checked here because nothing downstream would).
 POSITIVE_FLAGS = ("--time-limit",)

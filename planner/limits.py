@@ -69,13 +69,16 @@ MAX_COUNT = 1_000_000
 #: slice, 1e6 units per replica) would add up to slices / 1e6 replica to every deployment.
 MAX_SLICES_PER_WORKLOAD = 10_000
 MAX_TOP_K = 100
-MAX_PARETO_POINTS = 100
+#: Points per Pareto front (each is a CP-SAT solve per front; the default is 10).
+MAX_PARETO_POINTS = 25
 MAX_NUM_WORKERS = 64
 #: CP-SAT time limit per solve [s] (problem file and --time-limit).
 MAX_TIME_LIMIT_S = float(SECONDS_PER_DAY)
 
 # ------------------------------------------------------------------ serving overrides
 MAX_STEP_OVERHEAD_S = 10.0
+#: Lowest memory/compute efficiency and MFU accepted (below it every step time overflows).
+MIN_EFFICIENCY = 0.01
 MAX_WORKSPACE_BYTES = 1e13
 
 # ------------------------------------------------------------------ command line
@@ -175,6 +178,8 @@ def check_spec(spec) -> list[str]:
     out.append(bound("optimize.num_workers", o.num_workers, None, MAX_NUM_WORKERS))
     out.append(bound("optimize.time_limit_s", o.time_limit_s, None, MAX_TIME_LIMIT_S))
     out.append(engine_problem("serving.engine", spec.serving.engine))
+    for key in ("memory_efficiency", "compute_efficiency"):
+        out.append(bound(f"serving.{key}", getattr(spec.serving, key), MIN_EFFICIENCY, 1.0))
     out.append(bound("serving.step_overhead_s", spec.serving.step_overhead_s, None, MAX_STEP_OVERHEAD_S))
     out.append(bound("serving.workspace_bytes", spec.serving.workspace_bytes, None, MAX_WORKSPACE_BYTES))
     return [line for line in out if line]

@@ -48,19 +48,22 @@ VALUES = st.one_of(
 
 
 def _mutate(doc, path, value):
+    """``doc`` with the value at ``path`` replaced (missing mappings created; paths into a
+    value that is no longer a list or mapping are skipped)."""
     node = doc
     for key in path[:-1]:
-        if isinstance(node, list):
-            node = node[key] if key < len(node) else node[-1]
+        if isinstance(node, list) and isinstance(key, int) and node:
+            node = node[min(key, len(node) - 1)]
+        elif isinstance(node, dict) and not isinstance(key, int):
+            if not isinstance(node.get(key), (dict, list)):
+                node[key] = {}
+            node = node[key]
         else:
-            node = node.setdefault(key, {}) if isinstance(node.get(key, {}), (dict, list)) else node
-            if not isinstance(node, (dict, list)):
-                return doc
+            return doc
     last = path[-1]
-    if isinstance(node, list):
-        if last < len(node):
-            node[last] = value
-    elif isinstance(node, dict):
+    if isinstance(node, list) and isinstance(last, int) and last < len(node):
+        node[last] = value
+    elif isinstance(node, dict) and not isinstance(last, int):
         node[last] = value
     return doc
 
