@@ -201,7 +201,9 @@ def test_out_under_a_file_or_unwritable(tmp_path):
 
 def _no_plots(monkeypatch):
     """Skip rendering the PNGs (seconds of matplotlib); the files written are otherwise the same."""
-    monkeypatch.setattr("planner.outputs.plots.render_plots", lambda result, doc: {})
+    from planner.outputs import plots
+
+    monkeypatch.setattr(plots, "render_plots", lambda result, doc: {f"{n}.png": b"" for n in plots.PLOT_NAMES})
 
 
 def test_out_keeps_a_users_file_in_a_planner_directory(tmp_path, monkeypatch):
