@@ -90,9 +90,7 @@ def model_from_hf_config(path: str | Path, model_id: str | None = None) -> Model
     """
     path = Path(path)
     try:
-        if path.stat().st_size > limits.MAX_INPUT_FILE_BYTES:
-            raise PlanningInputError(f"{path}: larger than {limits.MAX_INPUT_FILE_BYTES:,} bytes; not a config.json?")
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(limits.read_text_bounded(path))
     except FileNotFoundError:
         raise PlanningInputError(f"{path}: file not found") from None
     except (OSError, ValueError, RecursionError) as exc:

@@ -88,6 +88,24 @@ MAX_SIMULATED_REQUESTS = 200_000
 MAX_SEED = 2**32 - 1
 
 
+def read_text_bounded(path, max_bytes: int = MAX_INPUT_FILE_BYTES) -> str:
+    """A file's UTF-8 text, reading at most ``max_bytes`` + 1 bytes (so ``/dev/zero`` or a
+    huge file is refused instead of filling memory).
+
+    Raises
+    ------
+    ValueError
+        Larger than ``max_bytes``, or not UTF-8 (:class:`UnicodeDecodeError`).
+    OSError
+        Missing or unreadable.
+    """
+    with open(path, "rb") as fh:
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise ValueError(f"larger than {max_bytes:,} bytes, the limit for input files")
+    return data.decode("utf-8")
+
+
 def name_problem(name: str) -> str | None:
     """Why ``name`` is not an acceptable name, or None."""
     if NAME_PATTERN.fullmatch(name):

@@ -146,14 +146,10 @@ def read_yaml(path: str | Path) -> Any:
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > limits.MAX_INPUT_FILE_BYTES:
-            raise PlanningInputError(f"{path}: {size:,} bytes; input files hold at most "
-                                     f"{limits.MAX_INPUT_FILE_BYTES:,} bytes")
-        text = path.read_text(encoding="utf-8")
+        text = limits.read_text_bounded(path)
     except FileNotFoundError:
         raise PlanningInputError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise PlanningInputError(f"{path}: cannot read: {exc}") from None
     try:
         data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a safe loader)
