@@ -59,6 +59,15 @@ def _check_positive(**values) -> None:
         raise PlanningInputError(problems)
 
 
+#: Shortest mean context of ``knee`` and ``sweep`` [tokens] (B_knee divides by the KV bytes of it).
+MIN_CONTEXT_TOKENS = 1
+
+
+def _check_context(context: float) -> None:
+    if not context >= MIN_CONTEXT_TOKENS:
+        raise PlanningInputError(f"--context: must be >= {MIN_CONTEXT_TOKENS} token, got {context}")
+
+
 def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int = 1,
                 quant: str = "bf16", kv_dtype: str = "bf16", batch: int = 1,
                 users: int | None = None, prompt: int = 1024, output: int = 256,
@@ -113,7 +122,7 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
 def knee(catalog: Catalog, *, model: str, context: float, quant: str = "bf16",
          kv_dtype: str = "bf16") -> dict:
     """B_knee = model bytes / KV bytes per sequence, and the recommended max_num_seqs."""
-    _check_positive(context=context)
+    _check_context(context)
     m, _, q, k = _resolve(catalog, model, None, quant, kv_dtype)
     any_gpu = next(iter(catalog.gpus.entries))
     frame = _frame(m, catalog.gpu(any_gpu), q, k, 1, 1, [1], context, 0, context)
@@ -133,7 +142,8 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
     """TPOT, throughput, per-user speed and bound per batch size at a fixed context."""
     if not batches:
         raise PlanningInputError("--batches: give at least one batch size")
-    _check_positive(context=context, tp=tp, pp=pp, **{"batches": min(batches)})
+    _check_context(context)
+    _check_positive(tp=tp, pp=pp, **{"batches": min(batches)})
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     check_parallelism(m, g, tp, pp)
     cal = parameters.load(calibration)

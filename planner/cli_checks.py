@@ -25,7 +25,7 @@ FLAG_LIMITS = {
     "--users": (1, limits.MAX_COUNT),
     "--prompt": (1, limits.MAX_TOKENS),
     "--output": (1, limits.MAX_TOKENS),
-    "--context": (1, limits.MAX_TOKENS),
+    "--context": (0, limits.MAX_TOKENS),     # knee and sweep need >= 1 (planner.calculators)
     "--chunk-tokens": (1, limits.MAX_TOKENS),
     "--output-min": (1, limits.MAX_TOKENS),
     "--output-max": (1, limits.MAX_TOKENS),
