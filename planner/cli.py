@@ -123,7 +123,9 @@ def cmd_sweep(args) -> int:
     if args.json:
         print(jsonio.dumps({**table.attrs, "rows": table.to_dict(orient="records")}))
     elif args.csv:
-        print(table.to_csv(index=False), end="")
+        from planner.outputs.tables import csv_text
+
+        print(csv_text(table), end="")
     else:
         print(table.to_string(index=False))
     return EXIT_OK
@@ -206,8 +208,15 @@ def _add_config_args(p, gpu_required=True) -> None:
 
 
 def _add_efficiency_args(p, calibration: bool = False) -> None:
-    p.add_argument("--mem-eff", type=_fraction, help="memory-bandwidth efficiency eta_m in (0, 1] (default 0.8)")
-    p.add_argument("--compute-eff", type=_fraction, help="compute efficiency eta_c in (0, 1] (default 0.6)")
+    from planner.serving.params import ServingParams
+
+    seed = ServingParams()
+    default = ("the GPU's calibrated value (--calibration), {} with --calibration none" if calibration
+               else "{}")
+    p.add_argument("--mem-eff", type=_fraction, help="memory-bandwidth efficiency eta_m in (0, 1] "
+                                                     f"(default: {default.format(seed.memory_efficiency)})")
+    p.add_argument("--compute-eff", type=_fraction, help="compute efficiency eta_c in (0, 1] "
+                                                         f"(default: {default.format(seed.compute_efficiency)})")
     if calibration:
         p.add_argument("--calibration", default="default",
                        help="'default' (catalogs/calibration.yaml), 'none' (the seeds' constants) or a YAML "

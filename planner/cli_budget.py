@@ -104,6 +104,8 @@ def budget_xlsx(result) -> bytes:
     wb.remove(wb.active)
     for sheet, attr in SHEETS.items():
         frame = getattr(result, attr)
+        if sheet == "Options":      # in rank order, as in budget.md (unpriced options last)
+            frame = frame.sort_values(["rank", "option"], na_position="last")
         ws = wb.create_sheet(sheet)
         ws.append(list(frame.columns))
         for cell in ws[1]:
@@ -160,7 +162,9 @@ def budget_document(result) -> dict:
 
 def budget_files(result) -> dict[str, bytes | str]:
     files: dict[str, bytes | str] = {"budget.md": budget_markdown(result), "budget.xlsx": budget_xlsx(result)}
-    files.update({name: getattr(result, attr).to_csv(index=False) for name, attr in BUDGET_CSV.items()})
+    from planner.outputs.tables import csv_text
+
+    files.update({name: csv_text(getattr(result, attr)) for name, attr in BUDGET_CSV.items()})
     return files
 
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from planner.optimize import PlanningInstance, SolverOptions, SolveStatus, k_best
+from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
+from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
+                                           plan_alternatives)
 from planner.optimize.prune import prefilter_dominated
 from planner.problem import Problem
 from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
@@ -20,6 +22,8 @@ from planner.serving.queueing import TrafficArrays, state_at_rate
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 CONFIG_COLUMNS = ("model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
+#: Per-workload columns of a plan's routing, widened to ``column[workload]`` in plans_table().
+ROUTED_COLUMNS = ("rate_per_s", "ttft_p95_s", "tpot_p95_s")
 
 
 @dataclass(frozen=True, eq=False)
@@ -32,6 +36,8 @@ class RankedPlan:
     deployments: pd.DataFrame
     routing: pd.DataFrame
     gpus_by_type: dict
+    usd_per_million_input_tokens: float | None = None
+    usd_per_million_total_tokens: float | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,10 +59,27 @@ class PlanResult:
         return self.plans[0] if self.plans else None
 
     def plans_table(self) -> pd.DataFrame:
-        """One row per (plan, deployment)."""
-        rows = [d.assign(rank=p.rank, plan_usd_per_hour=p.usd_per_hour,
-                         plan_usd_per_million_tokens=p.usd_per_million_tokens)
-                for p in self.plans for d in [p.deployments]]
+        """One row per (plan, deployment), with the columns of ``plans.csv``.
+
+        The deployment's columns, then ``rank``, the plan's ``plan_usd_per_hour`` and
+        ``plan_usd_per_million_{,input_,total_}tokens``, then per workload w
+        ``rate_per_s[w]`` (0 when the deployment does not serve w), ``ttft_p95_s[w]`` and
+        ``tpot_p95_s[w]`` (NaN when it does not, or without a serving model).
+        """
+        names = [w.name for w in self.problem.workloads]
+        rows = []
+        for p in self.plans:
+            d = p.deployments.assign(rank=p.rank, plan_usd_per_hour=p.usd_per_hour,
+                                     plan_usd_per_million_tokens=p.usd_per_million_tokens,
+                                     plan_usd_per_million_input_tokens=p.usd_per_million_input_tokens,
+                                     plan_usd_per_million_total_tokens=p.usd_per_million_total_tokens)
+            wide = p.routing.pivot(index="candidate_id", columns="workload", values=list(ROUTED_COLUMNS))
+            wide = wide.reindex(index=d["candidate_id"], columns=pd.MultiIndex.from_product([ROUTED_COLUMNS, names]))
+            for n in names:
+                for col in ROUTED_COLUMNS:
+                    values = wide[(col, n)].to_numpy(float)
+                    d[f"{col}[{n}]"] = np.nan_to_num(values, nan=0.0) if col == "rate_per_s" else values
+            rows.append(d)
         return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
 
 
@@ -65,9 +88,26 @@ def output_tokens_per_s(problem: Problem) -> float:
     return sum(w.rate_per_s * w.output.mean for w in problem.workloads if w.output is not None)
 
 
+def input_tokens_per_s(problem: Problem) -> float:
+    """Prompt (input) tokens per second of the whole mix, prefix-cache hits included (they are billed)."""
+    return sum(w.rate_per_s * w.prompt.mean for w in problem.workloads if w.prompt is not None)
+
+
+def _usd_per_million(usd_per_hour: float, tokens_per_s: float) -> float | None:
+    return usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_MILLION if tokens_per_s > 0 else None
+
+
 def usd_per_million_tokens(problem: Problem, usd_per_hour: float) -> float | None:
-    tokens = output_tokens_per_s(problem)
-    return usd_per_hour / (tokens * SECONDS_PER_HOUR) * TOKENS_PER_MILLION if tokens > 0 else None
+    """USD per 1M output tokens (the seeds' basis); None without output lengths."""
+    return _usd_per_million(usd_per_hour, output_tokens_per_s(problem))
+
+
+def usd_per_million_by_basis(problem: Problem, usd_per_hour: float) -> dict[str, float | None]:
+    """USD per 1M output, input (prompt) and total (input + output) tokens of the offered mix."""
+    out, inp = output_tokens_per_s(problem), input_tokens_per_s(problem)
+    return {"usd_per_million_tokens": _usd_per_million(usd_per_hour, out),
+            "usd_per_million_input_tokens": _usd_per_million(usd_per_hour, inp),
+            "usd_per_million_total_tokens": _usd_per_million(usd_per_hour, inp + out)}
 
 
 def measured_candidates(problem: Problem) -> pd.DataFrame:
@@ -173,25 +213,32 @@ def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:
     return float(np.average(values[ok], weights=weights[ok])) if ok.any() else 0.0
 
 
-def _rank_plans(problem, candidates, solutions) -> list[RankedPlan]:
-    """Plans ranked by cost, then latency (traffic-weighted p95 TPOT, then TTFT), then ids.
+def _rank_plans(problem, candidates, found: list[FoundPlan], k: int) -> list[RankedPlan]:
+    """Rank 1: the fastest optimum; then admissible alternatives by cost, latency, ids.
 
-    k-best returns equal-cost alternatives in candidate-id order; among them the faster
-    plan ranks first (DESIGN 6), so rank 1 is still an optimum.
+    The key is cost, then traffic-weighted p95 TPOT, then TTFT, then the sorted ids
+    (DESIGN 6). Rank 1 is the least key among the optimum's equal-cost face, which
+    :func:`plan_alternatives` enumerates whatever k is, so plan #1 does not depend on
+    ``--top``. Ranks 2..k are drawn from the other admissible plans (minimum load rule).
     """
-    latencies = _predicted_latency(problem, candidates, [(p.deployments, p.routing) for _, p in solutions])
+    latencies = _predicted_latency(problem, candidates, [(f.plan.deployments, f.plan.routing) for f in found])
 
     def key(item):
-        (_, plan), routing = item
-        return (round(plan.usd_per_hour, 9), round(_traffic_weighted(routing, "tpot_p95_s"), 9),
+        f, routing = item
+        return (round(f.plan.usd_per_hour, 9), round(_traffic_weighted(routing, "tpot_p95_s"), 9),
                 round(_traffic_weighted(routing, "ttft_p95_s"), 9),
-                tuple(sorted(plan.deployments["candidate_id"])))
+                tuple(sorted(f.plan.deployments["candidate_id"])))
 
-    ordered = sorted(zip(solutions, latencies), key=key)
-    return [RankedPlan(rank=i, usd_per_hour=plan.usd_per_hour,
-                       usd_per_million_tokens=usd_per_million_tokens(problem, plan.usd_per_hour),
-                       deployments=plan.deployments, routing=routing, gpus_by_type=plan.gpus_by_type)
-            for i, ((_, plan), routing) in enumerate(ordered, start=1)]
+    items = list(zip(found, latencies))
+    if not items:
+        return []
+    best = min((it for it in items if it[0].optimal_cost), key=key)
+    others = sorted((it for it in items if it is not best and it[0].admissible), key=key)
+    ordered = [best, *others][:k]
+    return [RankedPlan(rank=i, usd_per_hour=f.plan.usd_per_hour,
+                       deployments=f.plan.deployments, routing=routing, gpus_by_type=f.plan.gpus_by_type,
+                       **usd_per_million_by_basis(problem, f.plan.usd_per_hour))
+            for i, (f, routing) in enumerate(ordered, start=1)]
 
 
 def solver_summary(result) -> dict:
@@ -216,11 +263,18 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     options = solver_options(problem, time_limit_s)
     instance = planning_instance(problem, candidates)
     k = top_k or problem.spec.optimize.top_k
+    opt = problem.spec.optimize
     solves: list = []
-    solutions = k_best(instance, k, options, statuses=solves) if instance is not None else []
-    first = solutions[0][0] if solutions else None
+    found = plan_alternatives(
+        instance, k, options,
+        min_load_fraction=(MIN_ALTERNATIVE_LOAD_FRACTION if opt.min_alternative_load_fraction is None
+                           else opt.min_alternative_load_fraction),
+        face_limit=EQUAL_COST_PLANS_LIMIT if opt.equal_cost_plans is None else opt.equal_cost_plans,
+        statuses=solves,
+    ) if instance is not None else []
+    first = found[0].result if found else None
     t_solve = time.perf_counter() - t0 - t_search
-    plans = _rank_plans(problem, candidates, [s for s in solutions if s[1] is not None])
+    plans = _rank_plans(problem, candidates, found, k)
     undecided = not plans and bool(solves) and solves[0].status == SolveStatus.UNKNOWN
     status = str(first.status) if first is not None and plans else "unknown" if undecided else "infeasible"
     counts = {"enumerated": int(len(candidates)), "feasible": int(candidates["feasible"].sum()),

@@ -170,6 +170,12 @@ class OptimizeOptions(Strict):
     time_limit_s: float = Field(default=30.0, gt=0)
     num_workers: int = Field(default=8, ge=1)
     pareto_points: int = Field(default=10, ge=2)
+    #: Least load of every deployment of a ranked alternative (rank >= 2); None:
+    #: planner.optimize.alternatives.MIN_ALTERNATIVE_LOAD_FRACTION (0.05).
+    min_alternative_load_fraction: float | None = Field(default=None, ge=0, lt=1)
+    #: Most equal-cost distinct plans compared by latency for rank 1; None:
+    #: planner.optimize.alternatives.EQUAL_COST_PLANS_LIMIT (8).
+    equal_cost_plans: int | None = Field(default=None, ge=1)
 
 
 class ServingOverrides(Strict):

@@ -40,6 +40,8 @@ capacity_table:
   - {name: l4-row, gpu: l4, gpus: 1, usd_per_hour: 0.8, capacity_per_s: {a: 2}}
 """
 
+# CSV floats have 15 significant digits (planner/outputs/tables.py): equal to the JSON to 1e-14.
+CSV_REL = 1e-14
 TOP_FILES = {"report.md", "report.html", "plans.csv", "pareto.csv", "candidates.csv", "run.json",
              "pareto_tpot.png", "pareto_tpot.svg", "pareto_ttft.png", "pareto_ttft.svg",
              "plan_costs.png", "plan_costs.svg", "launch"}
@@ -88,13 +90,17 @@ def test_plans_csv_equals_json(solved):
     assert len(csv) == len(expected)
     for (_, row), (p, d) in zip(csv.iterrows(), expected):
         assert row["rank"] == p["rank"]
-        assert row["plan_usd_per_hour"] == p["usd_per_hour"]
-        assert row["plan_usd_per_million_tokens"] == p["usd_per_million_tokens"]
-        for key in ("candidate_id", "gpu", "replicas", "gpus", "usd_per_hour", "load_fraction", "tp", "max_batch"):
+        assert row["plan_usd_per_hour"] == pytest.approx(p["usd_per_hour"], rel=CSV_REL)
+        for basis in ("", "input_", "total_"):
+            key = f"usd_per_million_{basis}tokens"
+            assert row[f"plan_{key}"] == pytest.approx(p[key], rel=CSV_REL)
+        for key in ("candidate_id", "gpu", "replicas", "gpus", "tp", "max_batch"):
             assert row[key] == d[key], key
+        for key in ("usd_per_hour", "load_fraction"):
+            assert row[key] == pytest.approx(d[key], rel=CSV_REL), key
         for name, w in d["workloads"].items():
-            assert row[f"rate_per_s[{name}]"] == w["rate_per_s"]
-            assert row[f"tpot_p95_s[{name}]"] == w["tpot_p95_s"]
+            assert row[f"rate_per_s[{name}]"] == pytest.approx(w["rate_per_s"], rel=CSV_REL)
+            assert row[f"tpot_p95_s[{name}]"] == pytest.approx(w["tpot_p95_s"], rel=CSV_REL)
 
 
 def test_pareto_and_candidates_csv_equal_result(solved):
@@ -103,9 +109,11 @@ def test_pareto_and_candidates_csv_equal_result(solved):
     pareto = pd.read_csv(out / "pareto.csv", keep_default_na=False, na_values=[""])
     assert len(pareto) == len(doc["pareto"]) > 0
     for (_, row), point in zip(pareto.iterrows(), doc["pareto"]):
-        assert (row["front"], row["metric"], row["target_s"]) == (point["front"], point["metric"], point["target_s"])
+        assert (row["front"], row["metric"]) == (point["front"], point["metric"])
+        assert row["target_s"] == pytest.approx(point["target_s"], rel=CSV_REL)
         cost = point["usd_per_hour"]
-        assert (math.isnan(row["usd_per_hour"]) if cost is None else row["usd_per_hour"] == cost)
+        assert (math.isnan(row["usd_per_hour"]) if cost is None
+                else row["usd_per_hour"] == pytest.approx(cost, rel=CSV_REL))
     cands = pd.read_csv(out / "candidates.csv", index_col="candidate_id", keep_default_na=False, na_values=[""])
     assert list(cands.index) == list(result.candidates.index)
     assert (cands["feasible"] == result.candidates["feasible"]).all()
@@ -221,9 +229,9 @@ def test_cli_solve_out_and_refusal(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert {p.name for p in out.iterdir()} == TOP_FILES
     assert "measured capacity table" in (out / "launch" / "README.md").read_text()
-    assert pd.read_csv(out / "plans.csv")["usd_per_hour"].tolist() == \
-        [d["usd_per_hour"] for d in doc["plans"][0]["deployments"]] + \
-        [d["usd_per_hour"] for p in doc["plans"][1:] for d in p["deployments"]]
+    assert pd.read_csv(out / "plans.csv")["usd_per_hour"].tolist() == pytest.approx(
+        [d["usd_per_hour"] for d in doc["plans"][0]["deployments"]] +
+        [d["usd_per_hour"] for p in doc["plans"][1:] for d in p["deployments"]], rel=CSV_REL)
     (tmp_path / "foreign").mkdir()
     (tmp_path / "foreign" / "keep.txt").write_text("x")
     assert cli.main(["solve", str(tmp_path / "m.yaml"), "--out", str(tmp_path / "foreign")]) == 2

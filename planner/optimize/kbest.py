@@ -9,8 +9,8 @@ from planner.optimize.model import build_model
 from planner.optimize.solve import Plan, SolveResult, read_plan, run_solver
 
 
-def k_best(instance: PlanningInstance, k: int, options: SolverOptions = SolverOptions(),
-           statuses: list | None = None) -> list[tuple[SolveResult, Plan]]:
+def k_best(instance: PlanningInstance, k: int, options: SolverOptions = SolverOptions()
+           ) -> list[tuple[SolveResult, Plan]]:
     """The optimum, then the next-cheapest plans with a different set of deployed candidates.
 
     Parameters
@@ -19,9 +19,6 @@ def k_best(instance: PlanningInstance, k: int, options: SolverOptions = SolverOp
     k : int
         How many plans at most (>= 1).
     options : SolverOptions
-    statuses : list, optional
-        Receives the :class:`SolveResult` of every solve, in order (the first tells an
-        infeasible instance from one whose feasibility the time limit left undecided).
 
     Returns
     -------
@@ -52,8 +49,6 @@ def k_best(instance: PlanningInstance, k: int, options: SolverOptions = SolverOp
     for _ in range(k):
         current = replace(built, model=model)
         result = run_solver(current, options)
-        if statuses is not None:
-            statuses.append(result)
         plan = read_plan(current, result)
         if plan is None:
             break

@@ -105,9 +105,11 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
     if not doc["plans"]:
         b.append(("p", "No plan meets the SLOs under the limits (see Diagnosis)."))
     else:
-        b.append(("table", ["rank", "USD/h", "USD/1M output tokens", "GPUs", "GPUs by type",
-                            "USD/h by GPU type"],
-                  [[p["rank"], _num(p["usd_per_hour"]), _num(p["usd_per_million_tokens"], ".4f"), p["gpus"],
+        b.append(("table", ["rank", "USD/h", "USD/1M output tokens", "USD/1M input tokens",
+                            "USD/1M total tokens", "GPUs", "GPUs by type", "USD/h by GPU type"],
+                  [[p["rank"], _num(p["usd_per_hour"]), _num(p["usd_per_million_tokens"], ".4f"),
+                    _num(p["usd_per_million_input_tokens"], ".4f"), _num(p["usd_per_million_total_tokens"], ".4f"),
+                    p["gpus"],
                     ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()),
                     ", ".join(f"{g}: {c:.2f}" for g, c in _cost_by_gpu(p).items())] for p in doc["plans"]]))
         b.append(("img", "plan_costs", "Cost of each ranked plan by GPU type"))
@@ -184,7 +186,8 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
                        + (f" and engine {problem.spec.serving.engine}" if problem.spec.serving.engine else "")
                        + "; the problem's `serving:` overrides win over it."))
     b.append(("p", "Catalog versions: " + ", ".join(f"{k} {v}" for k, v in sorted(problem.catalog.versions.items()))
-              + ". Cost per 1M tokens counts output tokens of the whole traffic mix."))
+              + ". Cost per 1M tokens counts the output, input (prompt, prefix-cache hits included) or "
+                "total tokens of the whole traffic mix."))
     return b
 
 

@@ -9,6 +9,9 @@ import pandas as pd
 
 from planner.pipeline import PlanResult
 
+#: Plan keys of the cost per 1M tokens, with the token basis each counts.
+PER_MILLION_LABELS = (("usd_per_million_tokens", "output"), ("usd_per_million_input_tokens", "input"),
+                      ("usd_per_million_total_tokens", "total"))
 #: Keys whose values depend on wall-clock time (excluded when comparing runs).
 TIMING_KEYS = ("wall_time_s", "timings_s")
 
@@ -64,6 +67,8 @@ def result_to_dict(result: PlanResult) -> dict:
         plans.append({
             "rank": p.rank, "usd_per_hour": p.usd_per_hour,
             "usd_per_million_tokens": p.usd_per_million_tokens,
+            "usd_per_million_input_tokens": p.usd_per_million_input_tokens,
+            "usd_per_million_total_tokens": p.usd_per_million_total_tokens,
             "gpus": int(p.deployments["gpus"].sum()),
             "gpus_by_type": p.gpus_by_type,
             "deployments": [_deployment(d, p.routing) for _, d in p.deployments.iterrows()],
@@ -112,9 +117,10 @@ def result_text(result: PlanResult) -> str:
         lines.append(f"solver: {s['status']}, objective ${s['objective_usd_per_hour']:.2f}/h, "
                      f"bound ${s['best_bound_usd_per_hour']:.2f}/h, gap {s['gap']:.2%}, {s['wall_time_s']:.2f} s")
     for p in doc["plans"]:
-        tok = p["usd_per_million_tokens"]
+        per_million = "".join(f"  ${p[key]:.3f}/1M {label} tokens" for key, label in PER_MILLION_LABELS
+                              if p.get(key) is not None)
         lines.append("")
-        lines.append(f"#{p['rank']}  ${p['usd_per_hour']:.2f}/h" + (f"  ${tok:.3f}/1M output tokens" if tok else "")
+        lines.append(f"#{p['rank']}  ${p['usd_per_hour']:.2f}/h" + per_million
                      + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
         for d in p["deployments"]:
             cfg = (f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} max_batch {d['max_batch']}"

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from planner import jsonio
+from planner.outputs.tables import csv_text
 from planner.schema import PlanningInputError
 
 #: The run record; its ``generator`` key marks a directory as planner output.
@@ -169,7 +170,9 @@ def plans_frame(doc: dict) -> pd.DataFrame:
     for p in doc["plans"]:
         for d in p["deployments"]:
             row = {"rank": p["rank"], "plan_usd_per_hour": p["usd_per_hour"],
-                   "plan_usd_per_million_tokens": p["usd_per_million_tokens"], "plan_gpus": p["gpus"],
+                   "plan_usd_per_million_tokens": p["usd_per_million_tokens"],
+                   "plan_usd_per_million_input_tokens": p["usd_per_million_input_tokens"],
+                   "plan_usd_per_million_total_tokens": p["usd_per_million_total_tokens"], "plan_gpus": p["gpus"],
                    **{k: d.get(k) for k in ("candidate_id", "name", "model", "gpu", "tp", "pp", "quantization",
                                              "kv_cache_dtype", "max_batch", "replicas", "gpus_per_replica",
                                              "gpus", "usd_per_hour", "load_fraction")}}
@@ -180,7 +183,8 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                 row[f"tpot_p95_s[{n}]"] = w.get("tpot_p95_s")
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(rows[0]) if rows else
-                         ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens", "plan_gpus",
+                         ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens",
+                          "plan_usd_per_million_input_tokens", "plan_usd_per_million_total_tokens", "plan_gpus",
                           "candidate_id", "gpu", "replicas", "gpus", "usd_per_hour"])
     config = ["name", "model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch"]
     empty = [c for c in config if c in frame and frame[c].isna().all()]
@@ -201,10 +205,10 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
     doc = result_to_dict(result)
     problem = result.problem
     files: dict[str, bytes | str] = {
-        "plans.csv": plans_frame(doc).to_csv(index=False),
-        "pareto.csv": (result.pareto if not result.pareto.empty
-                       else pd.DataFrame(columns=PARETO_COLUMNS)).to_csv(index=False),
-        "candidates.csv": result.candidates.to_csv(),
+        "plans.csv": csv_text(plans_frame(doc)),
+        "pareto.csv": csv_text(result.pareto if not result.pareto.empty
+                               else pd.DataFrame(columns=PARETO_COLUMNS)),
+        "candidates.csv": csv_text(result.candidates, index=True),
     }
     images = plots.render_plots(result, doc)
     files.update(images)

@@ -1,0 +1,178 @@
+"""Ranked-plan candidates: the optimum's equal-cost face, then alternatives that carry real load.
+
+:func:`planner.optimize.k_best` returns the k cheapest distinct deployed sets. Two things
+make its raw output a poor ranking: which equal-cost optimum comes first depends on k
+(the latency tie-break can only compare the plans found), and an alternative is often the
+optimum plus a near-idle deployment. :func:`plan_alternatives` fixes both: it always
+enumerates the optimum's equal-cost face (up to ``face_limit`` distinct sets, whatever k
+is), so the caller can pick rank 1 by latency among all of them; and every plan after the
+first is solved with a minimum load per deployment, dropped only when no remaining plan
+can meet it (inventory, budget, redundancy or distinct-config limits force it).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
+from planner.optimize.model import BuiltModel, build_model
+from planner.optimize.solve import Plan, SolveResult, read_plan, run_solver
+
+#: Least load (fraction of the capacity at SLO of its replicas, spare replicas of N+1
+#: redundancy not counted) of every deployment of a ranked alternative (rank >= 2).
+MIN_ALTERNATIVE_LOAD_FRACTION = 0.05
+#: Most distinct deployed sets at the optimal cost compared by latency for rank 1.
+EQUAL_COST_PLANS_LIMIT = 8
+# Tolerance of the load check on read-back plans (the solver's load rows are exact or
+# conservative; this absorbs float rounding of rate / capacity only).
+_LOAD_CHECK_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True, eq=False)
+class FoundPlan:
+    """One solved plan and how it may be ranked.
+
+    Attributes
+    ----------
+    result, plan : SolveResult, Plan
+    optimal_cost : bool
+        The plan costs the proven optimum and is among the first ``face_limit`` such sets:
+        a candidate for rank 1.
+    admissible : bool
+        The plan may be ranked as an alternative (rank >= 2): every deployment carries at
+        least the minimum load, or no remaining distinct plan could (``forced``).
+    forced : bool
+        Found after the minimum-load model became infeasible.
+    min_load_fraction : float
+        The least load fraction over its deployments (spare replicas not counted).
+    """
+
+    result: SolveResult
+    plan: Plan
+    optimal_cost: bool
+    admissible: bool
+    forced: bool
+    min_load_fraction: float
+
+
+def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions = SolverOptions(), *,
+                      min_load_fraction: float = MIN_ALTERNATIVE_LOAD_FRACTION,
+                      face_limit: int = EQUAL_COST_PLANS_LIMIT, statuses: list | None = None) -> list[FoundPlan]:
+    """The optimum, its equal-cost face, and enough admissible alternatives for k ranks.
+
+    Parameters
+    ----------
+    instance : PlanningInstance
+    k : int
+        Ranks wanted (>= 1).
+    options : SolverOptions
+    min_load_fraction : float, default MIN_ALTERNATIVE_LOAD_FRACTION
+        In [0, 1): least load of each deployment of an alternative.
+    face_limit : int, default EQUAL_COST_PLANS_LIMIT
+        Most equal-cost distinct sets enumerated for rank 1 (>= 1).
+    statuses : list, optional
+        Receives the :class:`SolveResult` of every solve, in order (the first tells an
+        infeasible instance from one whose feasibility the time limit left undecided).
+
+    Returns
+    -------
+    list of FoundPlan
+        In the order found (no-good cuts, each solve canonical); empty when infeasible.
+        It holds every distinct set at the optimal cost up to ``face_limit`` whatever k is,
+        and enough admissible plans for ranks 2..k besides whichever optimum ranks first
+        (fewer when fewer distinct plans exist).
+
+    Notes
+    -----
+    The first solve is the plain optimum. Every later solve forbids the sets found so far
+    (the cut of :func:`k_best`) and adds, per candidate j, ``load_j >= ceil(f L_j)
+    (y_j - spare_j)``: each non-spare replica carries at least a fraction f of its capacity
+    (``ceil`` makes it conservative). When that model is infeasible, the remaining plans
+    all hold a lighter deployment, so the search goes on without the rows and marks them
+    ``forced``. The search stops at a solve that is not proven optimal.
+    """
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if not 0 <= min_load_fraction < 1:
+        raise ValueError(f"min_load_fraction must be in [0, 1), got {min_load_fraction}")
+    if face_limit < 1:
+        raise ValueError(f"face_limit must be >= 1, got {face_limit}")
+    built = build_model(instance)
+    ids = list(built.use.index)
+    plain = built.model.clone()
+    loaded: cp_model.CpModel | None = None
+    forced = False
+    found: list[FoundPlan] = []
+    optimum: float | None = None
+
+    def wanted() -> bool:
+        if not found:
+            return True
+        face = sum(f.optimal_cost for f in found)
+        if found[-1].optimal_cost and face < face_limit:
+            return True
+        # rank 1 is the lone optimum when the face is one plan: k - 1 alternatives suffice
+        need = k - 1 if face == 1 and not found[0].admissible else k
+        return sum(f.admissible for f in found) < need
+
+    while wanted():
+        if found and not forced and loaded is None:
+            loaded = plain.clone()
+            _add_min_load(loaded, built, min_load_fraction)
+        model = plain if forced or not found else loaded
+        result = run_solver(replace(built, model=model), options)
+        if statuses is not None:
+            statuses.append(result)
+        if result.status == SolveStatus.INFEASIBLE and model is loaded:
+            forced = True
+            continue
+        plan = read_plan(built, result)
+        if plan is None:
+            break
+        optimum = result.objective_usd_per_hour if optimum is None else optimum
+        least = _least_load(built, plan)
+        face = sum(f.optimal_cost for f in found)
+        found.append(FoundPlan(
+            result=result, plan=plan,
+            optimal_cost=face < face_limit and round(result.objective_usd_per_hour, 9) == round(optimum, 9),
+            admissible=forced or least >= min_load_fraction - _LOAD_CHECK_TOLERANCE,
+            forced=forced and len(found) > 0, min_load_fraction=least))
+        if result.status != SolveStatus.OPTIMAL:
+            break
+        used = set(plan.deployments["candidate_id"])
+        cut = [~built.use[i] if i in used else built.use[i] for i in ids]
+        for m in (plain, loaded):
+            if m is not None:
+                m.add_bool_or(cut)
+    return found
+
+
+def _add_min_load(model: cp_model.CpModel, built: BuiltModel, fraction: float) -> None:
+    """Rows ``load_j >= ceil(fraction L_j) (y_j - spare_j)`` for every candidate j."""
+    if fraction <= 0:
+        return
+    pairs = built.traffic.index.get_level_values("candidate_id")
+    for cid in built.replicas.index:
+        mine = np.flatnonzero(pairs == cid)
+        load = cp_model.LinearExpr.weighted_sum([built.traffic.iloc[i] for i in mine],
+                                                [int(built.load_coef.iloc[i]) for i in mine])
+        floor_units = math.ceil(fraction * int(built.load_units_per_replica[cid]))
+        active = built.replicas[cid] - built.spare[cid] if cid in built.spare.index else built.replicas[cid]
+        model.add(load >= floor_units * active).with_name(f"min_load[{cid}]")
+
+
+def _least_load(built: BuiltModel, plan: Plan) -> float:
+    """Least load fraction over a plan's deployments, spare replicas of N+1 not counted."""
+    red = set(built.instance.redundancy_workloads)
+    spare_ids = set(plan.routing.loc[plan.routing["workload"].isin(red), "candidate_id"])
+    dep = plan.deployments
+    if dep.empty:
+        return 1.0
+    spare = dep["candidate_id"].isin(spare_ids).to_numpy(np.int64)
+    replicas = dep["replicas"].to_numpy(np.int64)
+    active = np.maximum(replicas - spare, 1)
+    return float(np.min(dep["load_fraction"].to_numpy(float) * replicas / active))
