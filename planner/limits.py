@@ -69,6 +69,8 @@ MAX_COUNT = 1_000_000
 #: slice, 1e6 units per replica) would add up to slices / 1e6 replica to every deployment.
 MAX_SLICES_PER_WORKLOAD = 10_000
 MAX_TOP_K = 100
+#: optimize.equal_cost_plans (each is one more CP-SAT solve for rank 1).
+MAX_EQUAL_COST_PLANS = 100
 #: Points per Pareto front (each is a CP-SAT solve per front; the default is 10).
 MAX_PARETO_POINTS = 25
 MAX_NUM_WORKERS = 64
@@ -192,6 +194,7 @@ def check_spec(spec) -> list[str]:
     o = spec.optimize
     out.append(bound("optimize.slices_per_workload", o.slices_per_workload, None, MAX_SLICES_PER_WORKLOAD))
     out.append(bound("optimize.top_k", o.top_k, None, MAX_TOP_K))
+    out.append(bound("optimize.equal_cost_plans", getattr(o, "equal_cost_plans", None), None, MAX_EQUAL_COST_PLANS))
     out.append(bound("optimize.pareto_points", o.pareto_points, None, MAX_PARETO_POINTS))
     out.append(bound("optimize.num_workers", o.num_workers, None, MAX_NUM_WORKERS))
     out.append(bound("optimize.time_limit_s", o.time_limit_s, None, MAX_TIME_LIMIT_S))
