@@ -93,7 +93,7 @@ def _check(rc: int, out: str, err: str, problem: Path, allowed=(0, 2)) -> None:
         _strict_json(out)
 
 
-@settings(max_examples=40, **PROFILE)
+@settings(max_examples=30, **PROFILE)
 @given(mutations=st.lists(st.tuples(st.sampled_from(PATHS), VALUES), min_size=1, max_size=3))
 def test_validate_any_field_any_value(mutations):
     doc = tiny()
@@ -106,7 +106,7 @@ def test_validate_any_field_any_value(mutations):
         _check(rc, out, err, problem)
 
 
-@settings(max_examples=8, **PROFILE)
+@settings(max_examples=6, **PROFILE)
 @given(mutations=st.lists(st.tuples(st.sampled_from(PATHS[3:12] + PATHS[21:30]), VALUES), min_size=1, max_size=2))
 def test_solve_any_field_any_value_writes_nothing_on_error(mutations):
     doc = tiny()
@@ -138,7 +138,7 @@ COMMANDS = {
 }
 
 
-@settings(max_examples=40, **PROFILE)
+@settings(max_examples=30, **PROFILE)
 @given(command=st.sampled_from(sorted(COMMANDS)), data=st.data())
 def test_flags_any_value(command, data):
     base, flags = COMMANDS[command]
