@@ -89,6 +89,9 @@ def test_huge_integer_literal(tmp_path, change, needle):
     ({"search": {**tiny()["search"], "max_batch": list(range(1, 2000))}}, "search.max_batch"),
     ({"search": {**tiny()["search"], "tp": [1, 10**6]}}, "search.tp"),
     ({"name": "a;rm -rf ~"}, "name"),
+    ({"optimize": {"equal_cost_plans": 1000}}, "optimize.equal_cost_plans"),
+    ({"optimize": {"pareto_points": 100}}, "optimize.pareto_points"),
+    ({"serving": {"memory_efficiency": 1e-300}}, "serving.memory_efficiency"),
 ])
 def test_limits_checked_by_validate_and_solve_alike(tmp_path, extra, path):
     path_file = write(tmp_path, tiny(**extra))
