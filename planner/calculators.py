@@ -42,6 +42,19 @@ def check_parallelism(model, gpu, tp: int, pp: int) -> None:
         raise PlanningInputError(problems)
 
 
+def config_params(catalog: Catalog, model, gpu, quant, calibration: str | None = "none",
+                  overrides: dict | None = None, engine: str | None = None):
+    """``(calibration, ServingParams)`` of one configuration, resolved as every command does.
+
+    ``calibration`` is 'none', 'default' or a YAML path (:func:`planner.parameters.load`);
+    the calibration's GPU, engine, model and math levels apply, then ``overrides`` (explicit
+    flags) on top. ``model``, ``gpu`` and ``quant`` are catalog entries (:func:`_resolve`).
+    """
+    cal = parameters.load(calibration)
+    return cal, parameters.resolve([gpu.id], cal, overrides, engine=engine, model_ids=[model.id],
+                                   math_modes=[catalog.math_mode(gpu.id, quant.id)])
+
+
 def _frame(model, gpu, quant, kv, tp, pp, batches, prompt, output, context) -> pd.DataFrame:
     n = len(batches)
     return pd.DataFrame({
@@ -88,9 +101,8 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
         raise PlanningInputError(f"--context: must be >= 0, got {context}")
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     check_parallelism(m, g, tp, pp)
-    cal = parameters.load(calibration)
-    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id],
-                                         math_modes=[catalog.math_mode(g.id, q.id)])
+    cal, resolved = config_params(catalog, m, g, q, calibration, overrides, engine)
+    params = params or resolved
     users = batch if users is None else users
     b = min(users, batch)
     arrays, fallback = config_arrays(catalog, _frame(m, g, q, k, tp, pp, [b], prompt, output, context),
@@ -146,9 +158,8 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
     _check_positive(tp=tp, pp=pp, **{"batches": min(batches)})
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     check_parallelism(m, g, tp, pp)
-    cal = parameters.load(calibration)
-    params = params or parameters.resolve([g.id], cal, overrides, engine=engine, model_ids=[m.id],
-                                         math_modes=[catalog.math_mode(g.id, q.id)])
+    cal, resolved = config_params(catalog, m, g, q, calibration, overrides, engine)
+    params = params or resolved
     frame = _frame(m, g, q, k, tp, pp, list(batches), context, 0, context)
     arrays, _ = config_arrays(catalog, frame, models={m.id: m})
     out = evaluate(arrays, params)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -22,7 +21,7 @@ from planner.schema import (
     RentalPrice,
     WeightFormat,
 )
-from planner.yamlio import parse_model, read_yaml
+from planner.yamlio import parse_model, read_yaml, suggest  # noqa: F401 (suggest: re-exported)
 
 #: The catalogs shipped with the package (``catalogs/`` at the repository root).
 DEFAULT_CATALOG_DIR = Path(__file__).resolve().parent.parent / "catalogs"
@@ -33,12 +32,6 @@ CATALOG_FILES = {
     "quantization": ("quantization.yaml", QuantizationCatalog),
     "prices": ("prices.yaml", PriceCatalog),
 }
-
-
-def suggest(name: str, choices) -> str:
-    """`` (did you mean 'h100-sxm'?)`` for a near miss, else an empty string."""
-    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.6)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from planner.catalog import Catalog
 
 
 def catalog_table(catalog: Catalog, kind: str) -> pd.DataFrame:
-    """One row per entry of ``kind`` (gpus, models, quantization, prices), sorted by id."""
+    """One row per entry of ``kind`` (gpus, models, quantization, prices, engines, quality), sorted."""
     if kind == "gpus":
         rows = []
         for g in catalog.gpus.entries.values():
@@ -32,4 +32,19 @@ def catalog_table(catalog: Catalog, kind: str) -> pd.DataFrame:
         rows += [{"kind": "purchase", **p.model_dump()} for p in catalog.prices.purchase]
         return pd.DataFrame(rows).sort_values(["kind", "gpu", "offering", "provider"], ignore_index=True,
                                               na_position="first")
+    if kind == "engines":
+        from planner.compat import engine_table
+
+        table = engine_table(catalog)
+        rows = [{**r.model_dump(), "gpus": list(table.architectures[r.architecture])} for r in table.support]
+        return pd.DataFrame(rows).sort_values(["engine", "architecture"], ignore_index=True)
+    if kind == "quality":
+        from planner.quality import quality_table
+
+        doc = quality_table(catalog).doc
+        rows = [{"model": n.model, "weight_format": n.weight_format, "kv_cache_dtype": None, "recovery": 1.0,
+                 "benchmark": "native format", "checkpoint": None, "source": n.source} for n in doc.native]
+        rows += [{**e.model_dump(exclude={"score", "reference_score"}), "recovery": e.recovery_fraction}
+                 for e in doc.entries]
+        return pd.DataFrame(rows).sort_values(["model", "weight_format"], ignore_index=True)
     raise ValueError(f"unknown catalog kind {kind!r}")

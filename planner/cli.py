@@ -68,12 +68,6 @@ def _overrides(args) -> dict:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def _serving_params(args):
-    from planner.serving.params import ServingParams
-
-    return ServingParams().with_overrides(**_overrides(args))
-
-
 def _print_table(rows: list[tuple[str, object]]) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
@@ -156,9 +150,10 @@ def cmd_validate(args) -> int:
     from planner.problem import load_problem
 
     problem = load_problem(args.problem, _catalog(args))
+    _print_warnings(problem)
     summary = {"problem": problem.name, "valid": True, "workloads": [w.name for w in problem.workloads],
                "gpus": list(problem.gpus), "quantization": list(problem.quantization),
-               "kv_cache_dtypes": list(problem.kv_cache_dtypes)}
+               "kv_cache_dtypes": list(problem.kv_cache_dtypes), "warnings": list(problem.warnings)}
     if args.json:
         print(jsonio.dumps(summary))
     else:
@@ -166,18 +161,25 @@ def cmd_validate(args) -> int:
     return EXIT_OK
 
 
+def _print_warnings(problem) -> None:
+    for line in problem.warnings:
+        print(f"warning: {problem.path}: {line}", file=sys.stderr)
+
+
 def cmd_solve(args) -> int:
     from planner.outputs.result_json import result_text, result_to_dict
     from planner.pipeline import plan
     from planner.problem import load_problem
 
-    problem = load_problem(args.problem, _catalog(args))
+    problem = _with_margins(load_problem(args.problem, _catalog(args)), args)
     if args.out:
         from planner.outputs.writer import check_out_dir
 
         check_out_dir(args.out)
+    _print_warnings(problem)
     print(f"solving {problem.name} ...", file=sys.stderr)
-    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=not args.no_pareto)
+    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=not args.no_pareto,
+                  verify=args.verify)
     if args.out:
         from planner.outputs.writer import write_outputs
 
@@ -193,6 +195,26 @@ def cmd_solve(args) -> int:
     if result.plans:
         return EXIT_OK
     return EXIT_UNKNOWN if result.status == "unknown" else EXIT_INFEASIBLE
+
+
+def _with_margins(problem, args):
+    """``problem`` with the ``--confidence`` / ``--max-load-fraction`` flags over its ``optimize:``."""
+    changes = {k: v for k, v in (("confidence", args.confidence), ("max_load_fraction", args.max_load_fraction))
+               if v is not None}
+    if not changes:
+        return problem
+    spec = problem.spec.model_copy(update={"optimize": problem.spec.optimize.model_copy(update=changes)})
+    return problem.model_copy(update={"spec": spec})
+
+
+def _confidence(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0.5, 1), got '{text}'") from None
+    if not 0.5 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {value}")
+    return value
 
 
 # ---------------------------------------------------------------- parser
@@ -275,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("catalog", help="list catalog entries with their sources")
-    p.add_argument("kind", choices=["gpus", "models", "quantization", "prices"])
+    p.add_argument("kind", choices=["gpus", "models", "quantization", "prices", "engines", "quality"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_catalog)
 
@@ -284,6 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=_positive_int, help="how many ranked plans (default: the problem's top_k, 5)")
     p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
     p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts")
+    p.add_argument("--confidence", type=_confidence,
+                   help="quantile of the serving model's error the capacities hold at, in [0.5, 1) "
+                        "(default: the problem's optimize.confidence, 0.8; 0.5 = central prediction)")
+    p.add_argument("--max-load-fraction", type=_fraction,
+                   help="most load per replica relative to its central capacity at SLO, in (0, 1] "
+                        "(default: the problem's optimize.max_load_fraction, 0.9)")
+    p.add_argument("--verify", action="store_true",
+                   help="simulate one replica of every deployment with its routed traffic mix: adds "
+                        "simulated_ttft_p95_s / simulated_tpot_p95_s per workload")
     p.add_argument("--out", help="directory for the report, CSVs, plots and launch settings")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_solve)

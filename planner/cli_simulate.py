@@ -31,12 +31,13 @@ _REQUEST_MARKS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz
 _REPLICA_FLAGS = {"model": "--model", "gpu": "--gpu", "rate": "--rate", "prompt": "--prompt",
                   "output": "--output", "scheduler": "--scheduler", "chunk_tokens": "--chunk-tokens",
                   "warmup_fraction": "--warmup-fraction", "tp": "--tp", "pp": "--pp", "quant": "--quant",
-                  "kv_dtype": "--kv-dtype", "mem_eff": "--mem-eff", "compute_eff": "--compute-eff"}
+                  "kv_dtype": "--kv-dtype", "mem_eff": "--mem-eff", "compute_eff": "--compute-eff",
+                  "engine": "--engine", "prefix_hit_fraction": "--prefix-hit-fraction"}
 _TIMELINE_FLAGS = {"rate_per_step": "--rate-per-step", "output_min": "--output-min",
                    "output_max": "--output-max"}
 _CHECK_FLAGS = {"rate_per_s": "--rate", "max_batch": "--max-batch", "requests": "--requests",
                 "scheduler": "--scheduler", "prefill_chunk_tokens": "--chunk-tokens",
-                "warmup_fraction": "--warmup-fraction"}
+                "warmup_fraction": "--warmup-fraction", "prefix_hit_fraction": "--prefix-hit-fraction"}
 
 _REPLICA_TABLE_KEYS = (
     "model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "scheduler", "max_batch",
@@ -90,7 +91,10 @@ def add_simulate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--warmup-fraction", type=float,
                    help="fraction of first arrivals left out of the statistics "
                         f"(default {DEFAULT_WARMUP_FRACTION})")
-    _add_efficiency_args(p)
+    p.add_argument("--prefix-hit-fraction", type=float,
+                   help="share of every prompt served from the prefix cache, in [0, 1) (default 0; the "
+                        "problem YAML's prefix_cache_hit_fraction)")
+    _add_efficiency_args(p, calibration=True)
     p.add_argument("--rate-per-step", type=float,
                    help=f"timeline: arrivals per decode step (default {TIMELINE_DEFAULTS['rate_per_step']})")
     p.add_argument("--output-min", type=_positive_int,
@@ -116,6 +120,8 @@ def cmd_simulate(args) -> int:
 
     other_flags = _REPLICA_FLAGS if args.timeline else _TIMELINE_FLAGS
     conflicting = [flag for dest, flag in other_flags.items() if getattr(args, dest, None) is not None]
+    if args.timeline and args.calibration != "default":
+        conflicting.append("--calibration")
     if conflicting:
         mode = "with --timeline" if args.timeline else "without --timeline"
         raise UsageError(f"planner simulate: {', '.join(conflicting)} not allowed {mode}")
@@ -144,8 +150,9 @@ def cmd_simulate(args) -> int:
 # ---------------------------------------------------------------- replica mode
 
 def _replica(args) -> dict:
-    from planner.calculators import _frame, _resolve, check_parallelism
-    from planner.cli import _catalog, _serving_params
+    from planner import parameters
+    from planner.calculators import _frame, _resolve, check_parallelism, config_params
+    from planner.cli import _catalog, _overrides
     from planner.configs import config_arrays
     from planner.serving import memory
     from planner.simulate import simulate_replica
@@ -165,6 +172,7 @@ def _replica(args) -> dict:
         "scheduler": args.scheduler or "continuous",
         "prefill_chunk_tokens": args.chunk_tokens or DEFAULT_PREFILL_CHUNK_TOKENS,
         "warmup_fraction": DEFAULT_WARMUP_FRACTION if args.warmup_fraction is None else args.warmup_fraction,
+        "prefix_hit_fraction": args.prefix_hit_fraction or 0.0,
     }
     problems += [f"{_CHECK_FLAGS[name]}: {msg}" for name, msg in check_simulation_inputs(**settings)]
     for dest in ("mem_eff", "compute_eff"):
@@ -181,7 +189,8 @@ def _replica(args) -> dict:
     frame = _frame(m, g, q, k, tp, pp, [settings["max_batch"]], lengths["prompt"].mean,
                    lengths["output"].mean, None)
     arrays, fallback = config_arrays(catalog, frame, models={m.id: m})
-    params = _serving_params(args)
+    overrides = _overrides(args)
+    cal, params = config_params(catalog, m, g, q, args.calibration, overrides, args.engine)
     budget = float(memory.kv_budget_bytes_per_gpu(arrays, params)[0])
     if not budget > 0:
         per_gpu = float(memory.weights_bytes_per_gpu(arrays)[0])
@@ -198,7 +207,8 @@ def _replica(args) -> dict:
         "output": lengths["output"].describe(),
         "prompt_mean_tokens": lengths["prompt"].mean, "output_mean_tokens": lengths["output"].mean,
         "warmup_fraction": settings["warmup_fraction"], "kv_budget_bytes_per_gpu": budget,
-        "math_fallback_to_bf16": bool(fallback[0]), "parameters": params.as_dict(),
+        "math_fallback_to_bf16": bool(fallback[0]), "parameters": parameters.scalars(params),
+        "parameters_used": parameters.describe(cal, overrides, args.engine),
     })
     return out
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.format_rules import format_relaxation
+from planner.margins import Margins
 from planner.optimize import diagnose_infeasible
 from planner.problem import Problem
 from planner.search import serving_params, workload_arrays
@@ -38,7 +40,8 @@ def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> d
     arrays = workload_arrays(problem, rows, w)
     traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
     state = state_at_occupancy(arrays, serving_params(problem, rows), traffic, 1e-6)
-    ttft, tpot = state["ttft_p95_s"], state["tpot_p95_s"]
+    margins = Margins.of(problem)  # the SLOs must hold for the p95s at the confidence quantile
+    ttft, tpot = state["ttft_p95_s"] * margins.factor("ttft"), state["tpot_p95_s"] * margins.factor("tpot")
     # The candidate that needs the least relaxation (relative to the SLOs).
     need = np.maximum(ttft / w.slo.ttft_p95_s, tpot / w.slo.tpot_p95_s)
     best = int(np.nanargmin(need))
@@ -172,6 +175,10 @@ def diagnose(problem: Problem, candidates: pd.DataFrame, instance, options) -> l
             proposals.insert(0, ("slo", f"workloads[{i}].slo: tpot_p95_s >= {slo['tpot_p95_s']:.4g} and ttft_p95_s "
                                  f">= {slo['ttft_p95_s']:.4g} (reachable by {relax['candidate']})",
                                  {f"workloads.{i}.slo": slo}))
+        fix = format_relaxation(problem, mine)
+        if fix is not None:     # the quality gate or serving.engine rejected the formats
+            message, changes = fix
+            proposals.insert(1 if relax is not None else 0, (next(iter(changes)).split(".")[0], message, changes))
         found = _verified_first(problem, proposals)
         for f in found:   # YAML paths in the relaxation, not the dotted keys of the re-solve
             f["relaxation"] = {_yaml_key(k): v for k, v in f["relaxation"].items()}

@@ -12,6 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from planner.margins import Margins
 from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
 from planner.problem import Problem
@@ -64,14 +65,16 @@ def _capacities(problem: Problem, feasible: pd.DataFrame, curves: dict, metric: 
             tpot = min(tpot, target_s)
         else:
             ttft = min(ttft, target_s)
-        cap.loc[index, w.name] = capacity_from_curve(curve, ttft, tpot)
+        cap.loc[index, w.name] = Margins.of(problem).planned_capacity(
+            lambda a, b, curve=curve: capacity_from_curve(curve, a, b), ttft, tpot)
     return cap
 
 
 def targets(problem: Problem, feasible: pd.DataFrame, metric: str, points: int) -> np.ndarray:
-    """Geometric grid from just above the fastest reachable p95 to the loosest SLO."""
+    """Geometric grid from just above the fastest reachable p95 (at the confidence) to the loosest SLO."""
     loosest = max(getattr(w.slo, metric) for w in problem.workloads)
-    tightest = min(_fastest_latency(problem, feasible, metric) * TIGHTEST_TARGET_MARGIN, loosest)
+    fastest = _fastest_latency(problem, feasible, metric) * Margins.of(problem).factor(metric)
+    tightest = min(fastest * TIGHTEST_TARGET_MARGIN, loosest)
     return np.unique(np.geomspace(tightest, loosest, points))
 
 

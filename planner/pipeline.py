@@ -7,15 +7,17 @@ load -> enumerate and evaluate candidates -> capacities at SLO -> CP-SAT (k-best
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pandas as pd
 
+from planner.format_rules import with_quality
 from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
                                            plan_alternatives)
 from planner.optimize.prune import prefilter_dominated
+from planner.margins import Margins
 from planner.problem import Problem
 from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
 from planner.serving.queueing import TrafficArrays, state_at_rate
@@ -53,6 +55,8 @@ class PlanResult:
     counts: dict
     diagnosis: list[dict] = field(default_factory=list)
     timings_s: dict = field(default_factory=dict)
+    #: The plans' routing carries simulated p95s (``solve --verify``).
+    verified: bool = False
 
     @property
     def best(self) -> RankedPlan | None:
@@ -113,13 +117,16 @@ def usd_per_million_by_basis(problem: Problem, usd_per_hour: float) -> dict[str,
 def measured_candidates(problem: Problem) -> pd.DataFrame:
     """Candidates from the problem's measured capacity table (Mélange-style)."""
     rows = []
+    margins = Margins.of(problem)
     for row in problem.spec.capacity_table:
         gpu = problem.catalog.gpu(row.gpu).id
         price = row.usd_per_hour if row.usd_per_hour is not None else problem.prices_usd_per_gpu_hour.get(gpu, np.nan) * row.gpus
         rec = {"candidate_id": row.name, "name": row.name, "gpu": gpu, "gpus": row.gpus,
                "usd_per_replica_hour": price}
         for w in problem.workloads:
-            rec[f"capacity_per_s[{w.name}]"] = float(row.capacity_per_s.get(w.name, 0.0))
+            measured = float(row.capacity_per_s.get(w.name, 0.0))
+            rec[f"central_capacity_per_s[{w.name}]"] = measured
+            rec[f"capacity_per_s[{w.name}]"] = float(margins.load_cap(measured))
         rows.append(rec)
     frame = pd.DataFrame(rows).set_index("candidate_id").sort_index()
     frame["infeasible_reason"] = np.where(frame["usd_per_replica_hour"].isna(), "no_price_for_gpu", "")
@@ -191,7 +198,7 @@ def _predicted_latency(problem: Problem, candidates: pd.DataFrame,
             continue
         rows = candidates.loc[part["candidate_id"]]
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-        cap = rows[f"capacity_per_s[{w.name}]"].to_numpy()
+        cap = rows[f"central_capacity_per_s[{w.name}]"].to_numpy()
         equivalent_rate = np.maximum(part["_load"].to_numpy() * cap, part["rate_per_replica_per_s"].to_numpy())
         state = state_at_rate(workload_arrays(problem, rows, w), serving_params(problem, rows), traffic,
                               equivalent_rate)
@@ -203,6 +210,26 @@ def _predicted_latency(problem: Problem, candidates: pd.DataFrame,
         done = pd.concat([rows_all.loc[mine], latency.loc[mine]], axis=1).drop(columns=["_plan", "_load"])
         out.append(done.sort_values(["candidate_id", "workload"], ignore_index=True))
     return out
+
+
+def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: pd.DataFrame) -> pd.DataFrame:
+    """``deployments`` with ``load_fraction`` relative to the central capacities at SLO.
+
+    The optimizer loads replicas against the capacities it buys (with the margins of
+    :mod:`planner.margins`; kept as ``planned_load_fraction``); the outputs report the load
+    against the central prediction: sum over routed workloads of rate per replica / central
+    capacity at SLO.
+    """
+    if routing.empty:
+        return deployments
+    cols = [f"central_capacity_per_s[{w}]" for w in routing["workload"]]
+    rows = candidates.loc[routing["candidate_id"]]
+    cap = rows.to_numpy()[np.arange(len(rows)), rows.columns.get_indexer(cols)].astype(float)
+    share = pd.Series(routing["rate_per_s"].to_numpy(float) / cap)
+    share = share.groupby(routing["candidate_id"].to_numpy()).sum()
+    per = deployments.set_index("candidate_id")
+    load = share.reindex(per.index, fill_value=0.0).to_numpy() / per["replicas"].to_numpy(float)
+    return deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load)
 
 
 def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:
@@ -221,6 +248,9 @@ def _rank_plans(problem, candidates, found: list[FoundPlan], k: int) -> list[Ran
     :func:`plan_alternatives` enumerates whatever k is, so plan #1 does not depend on
     ``--top``. Ranks 2..k are drawn from the other admissible plans (minimum load rule).
     """
+    found = [replace(f, plan=replace(f.plan, deployments=central_load(candidates, f.plan.deployments,
+                                                                      f.plan.routing)))
+             for f in found]
     latencies = _predicted_latency(problem, candidates, [(f.plan.deployments, f.plan.routing) for f in found])
 
     def key(item):
@@ -236,8 +266,8 @@ def _rank_plans(problem, candidates, found: list[FoundPlan], k: int) -> list[Ran
     others = sorted((it for it in items if it is not best and it[0].admissible), key=key)
     ordered = [best, *others][:k]
     return [RankedPlan(rank=i, usd_per_hour=f.plan.usd_per_hour,
-                       deployments=f.plan.deployments, routing=routing, gpus_by_type=f.plan.gpus_by_type,
-                       **usd_per_million_by_basis(problem, f.plan.usd_per_hour))
+                       deployments=with_quality(problem, f.plan.deployments), routing=routing,
+                       gpus_by_type=f.plan.gpus_by_type, **usd_per_million_by_basis(problem, f.plan.usd_per_hour))
             for i, (f, routing) in enumerate(ordered, start=1)]
 
 
@@ -251,9 +281,11 @@ def solver_summary(result) -> dict:
 
 
 def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
-         pareto: bool = True, diagnose: bool = True) -> PlanResult:
+         pareto: bool = True, verify: bool = False, diagnose: bool = True) -> PlanResult:
     """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible
-    (``diagnose=False``: none, for the diagnosis's own re-solves)."""
+    (``diagnose=False``: none, for the diagnosis's own re-solves).
+
+    ``verify`` simulates every deployment of the plans (:mod:`planner.verify`)."""
     from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
     from planner.pareto import pareto_fronts
 
@@ -291,6 +323,13 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         t_fronts = time.perf_counter()
         fronts = pareto_fronts(problem, candidates, options)
         t_pareto = time.perf_counter() - t_fronts
+    timings = {"search": t_search, "solve": t_solve, "pareto": t_pareto}
+    if verify:
+        from planner.verify import verify_plans
+
+        t_verify = time.perf_counter()
+        plans = verify_plans(problem, candidates, plans)
+        timings["verify"] = time.perf_counter() - t_verify
     if plans or not diagnose:
         diagnosis = []
     elif undecided:
@@ -300,5 +339,4 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
                       solver=solver_summary(first if first is not None or not undecided else solves[0]),
                       counts=counts, diagnosis=diagnosis,
-                      timings_s={"search": t_search, "solve": t_solve, "pareto": t_pareto,
-                                 "total": time.perf_counter() - t0})
+                      timings_s={**timings, "total": time.perf_counter() - t0}, verified=verify)

@@ -14,15 +14,19 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from planner.catalog import Catalog, load_catalog, suggest
+from planner.problem_checks import check_context, check_engine, default_gpus
+from planner.margins import DEFAULT_CONFIDENCE, DEFAULT_MAX_LOAD_FRACTION
 from planner.schema import PlanningInputError, Strict
 from planner.traffic import Empirical, Fixed, LengthDistribution, LogNormal
 from planner.units import SECONDS_PER_DAY
-from planner.yamlio import parse_model, read_yaml
+from planner.yamlio import allowed_keys, parse_model, read_yaml, unknown_key_message
 
 #: Default max-batch grid of the search (engines' typical max_num_seqs values).
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (1, 2, 4)
+#: Default minimum published accuracy recovery of a weight format (``quality.min_recovery``).
+DEFAULT_MIN_RECOVERY = 0.99
 
 
 class MeanP95(Strict):
@@ -74,9 +78,10 @@ def _parse_length_spec(value):
         try:
             return cls.model_validate(value)
         except ValidationError as exc:
-            err = exc.errors()[0]
+            err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
             where = ".".join(str(p) for p in err["loc"])
-            msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"].removeprefix("Value error, ")
+            msg = unknown_key_message(err["loc"][-1], allowed_keys(cls, err["loc"])) if err["type"] == "extra_forbidden" \
+                else err["msg"].removeprefix("Value error, ")
             raise ValueError(f"{where}: {msg}" if where else msg) from None
     if isinstance(value, (MeanP95, HistogramSpec)):
         return value
@@ -170,12 +175,25 @@ class OptimizeOptions(Strict):
     time_limit_s: float = Field(default=30.0, gt=0)
     num_workers: int = Field(default=8, ge=1)
     pareto_points: int = Field(default=10, ge=2)
+    #: Quantile of the serving model's error the capacities at SLO hold at (planner.margins).
+    confidence: float = Field(default=DEFAULT_CONFIDENCE, ge=0.5, lt=1.0)
+    #: Most load per replica relative to its central capacity at SLO (burst headroom).
+    max_load_fraction: float = Field(default=DEFAULT_MAX_LOAD_FRACTION, gt=0, le=1.0)
     #: Least load of every deployment of a ranked alternative (rank >= 2); None:
     #: planner.optimize.alternatives.MIN_ALTERNATIVE_LOAD_FRACTION (0.05).
     min_alternative_load_fraction: float | None = Field(default=None, ge=0, lt=1)
     #: Most equal-cost distinct plans compared by latency for rank 1; None:
     #: planner.optimize.alternatives.EQUAL_COST_PLANS_LIMIT (8).
     equal_cost_plans: int | None = Field(default=None, ge=1)
+
+
+class QualityOptions(Strict):
+    """Accuracy gate of quantized formats (catalogs/quality.yaml)."""
+
+    #: Formats whose published recovery is below this fraction of the unquantized score are rejected.
+    min_recovery: float = Field(default=DEFAULT_MIN_RECOVERY, gt=0, le=1)
+    #: Use formats with no published figure for the model (reported as unverified).
+    allow_unverified_formats: bool = False
 
 
 class ServingOverrides(Strict):
@@ -205,6 +223,7 @@ class ProblemSpec(Strict):
     constraints: Constraints = Constraints()
     optimize: OptimizeOptions = OptimizeOptions()
     serving: ServingOverrides = ServingOverrides()
+    quality: QualityOptions = QualityOptions()
     procurement: dict | None = None
 
     @field_validator("capacity_table")
@@ -272,6 +291,8 @@ class Problem(Strict):
     catalog: Catalog
     imported_models: dict
     calibration: object = None
+    #: Valid-but-risky findings (one line each, with the YAML path), printed on stderr and in the JSON.
+    warnings: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -320,6 +341,7 @@ def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
 def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     """Check ``spec`` against the catalog and resolve ids; all problems reported at once."""
     problems: list[str] = []
+    warnings: list[str] = []
     base = Path(path).parent
     imported: dict = {}
 
@@ -366,10 +388,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
                     problems.append(f"{where}.{key}: required key is missing (or give trace_csv)")
             if model_id is not None and prompt is not None and output is not None:
                 spec_m = imported.get(model_id) or catalog.model(model_id)
-                if prompt.mean + output.mean > spec_m.max_context_tokens:
-                    problems.append(f"{where}.prompt_tokens: mean prompt + mean output = "
-                                    f"{prompt.mean + output.mean:.0f} tokens exceeds {model_id}'s context "
-                                    f"of {spec_m.max_context_tokens} tokens")
+                check_context(where, model_id, spec_m.max_context_tokens, prompt, output, problems, warnings)
             if w.slo is None:
                 problems.append(f"{where}.slo: required key is missing")
         rate = w.rate_per_s
@@ -387,7 +406,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
 
     s = spec.search
     gpus = tuple(dict.fromkeys(g.id for i, name in enumerate(s.gpus) if (g := check(catalog.gpu, name, f"search.gpus[{i}]")))) \
-        if s.gpus is not None else tuple(sorted(catalog.gpus.entries))
+        if s.gpus is not None else default_gpus(spec.inventory, catalog)
     quants = tuple(dict.fromkeys(q.id for i, name in enumerate(s.quantization)
                                  if (q := check(catalog.weight_format, name, f"search.quantization[{i}]")))) \
         if s.quantization is not None else tuple(catalog.weight_formats.entries)
@@ -398,6 +417,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     for key, table in (("inventory", spec.inventory), ("prices", spec.prices)):
         for gpu in table:
             check(catalog.gpu, gpu, f"{key}.{gpu}")
+    problems += check_engine(spec.serving.engine, catalog)
     for i, w in enumerate(spec.constraints.redundancy):
         if w not in names:
             problems.append(f"constraints.redundancy[{i}]: unknown workload '{w}'{suggest(w, names)}")
@@ -435,7 +455,7 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
         raise PlanningInputError(problems)
     return Problem(spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants,
                    kv_cache_dtypes=kvs, prices_usd_per_gpu_hour=prices, catalog=catalog,
-                   imported_models=imported, calibration=calibration)
+                   imported_models=imported, calibration=calibration, warnings=tuple(warnings))
 
 
 def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:

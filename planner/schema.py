@@ -103,6 +103,8 @@ class GpuSpec(Strict):
     id: CatalogId
     name: str
     vendor: Literal["nvidia", "amd", "intel", "apple", "google"]
+    #: Market segment; only ``datacenter`` GPUs are searched unless ``search.gpus`` names others.
+    segment: Literal["datacenter", "workstation", "consumer", "apple"] = "datacenter"
     aliases: tuple[str, ...] = ()
     memory_gb: float = Field(gt=0)
     memory_bandwidth_tb_per_s: float = Field(gt=0)

@@ -16,6 +16,9 @@ import pandas as pd
 
 from planner import parameters
 from planner.configs import config_arrays
+from planner.format_rules import REASONS as FORMAT_REASONS
+from planner.format_rules import format_rejections
+from planner.margins import Margins
 from planner.serving.arrays import ConfigArrays
 from planner.problem import Problem
 from planner.serving import memory
@@ -27,6 +30,7 @@ from planner.serving.queueing import TrafficArrays, capacity_at_slo
 REASONS = (
     "gpu_has_no_compute_figure",
     "quantization_unsupported_on_gpu",
+    *FORMAT_REASONS,  # engine support (serving.engine) and published quality (quality: options)
     "tp_does_not_divide_attention_heads",
     "tp_exceeds_scale_up_domain",
     "pp_exceeds_layers",
@@ -107,6 +111,7 @@ def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {
         "gpu_has_no_compute_figure": no_compute,
         "quantization_unsupported_on_gpu": unsupported,
+        **format_rejections(problem, frame),
         "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
         "tp_exceeds_scale_up_domain": tp > domain,
         "pp_exceeds_layers": frame["pp"].to_numpy() > model.num_layers,
@@ -183,14 +188,17 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
     ttft_only = np.ones(n_ok, dtype=bool)
     for w in workloads:
         cap = workload_capacity(problem, ok.iloc[live], w, parameters.take(params, live),
-                                arrays=_take(warrays[w.name], live))
+                                arrays=_take(warrays[w.name], live), margins=Margins.of(problem))
         rate = np.zeros(n_ok)
+        central = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)
         tpot = np.full(n_ok, np.nan)
         rate[live] = cap["max_rate_per_s"]
-        ttft[live] = np.where(cap["max_rate_per_s"] > 0, cap["ttft_p95_s"], np.nan)
-        tpot[live] = np.where(cap["max_rate_per_s"] > 0, cap["tpot_p95_s"], np.nan)
+        central[live] = cap["central_rate_per_s"]
+        ttft[live] = np.where(cap["central_rate_per_s"] > 0, cap["ttft_p95_s"], np.nan)
+        tpot[live] = np.where(cap["central_rate_per_s"] > 0, cap["tpot_p95_s"], np.nan)
         frame[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
+        frame[f"central_capacity_per_s[{w.name}]"] = padded(central, 0.0)
         frame[f"ttft_p95_s[{w.name}]"] = padded(ttft)
         frame[f"tpot_p95_s[{w.name}]"] = padded(tpot)
         any_capacity |= rate > 0
@@ -200,6 +208,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
     for other in problem.workloads:
         if other.model != model_id:
             frame[f"capacity_per_s[{other.name}]"] = 0.0
+            frame[f"central_capacity_per_s[{other.name}]"] = 0.0
     reasons["max_batch_exceeds_kv_capacity"] = padded(~kv_cap_ok & fits, False).astype(bool)
     no_slo = ~any_capacity & fits & kv_cap_ok
     reasons["slo_ttft_unreachable"] = padded(no_slo & ttft_only, False).astype(bool)
@@ -210,7 +219,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
         reason = np.where(reasons[name], name, reason)
     frame["infeasible_reason"] = reason
     frame["feasible"] = reason == ""
-    cap_cols = [c for c in frame.columns if c.startswith("capacity_per_s[")]
+    cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
     return frame
 
@@ -232,17 +241,34 @@ def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArr
 
 def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: ServingParams,
                       tpot_cap_s: float | None = None, ttft_cap_s: float | None = None,
-                      arrays=None) -> dict:
+                      arrays=None, margins: Margins | None = None) -> dict:
     """Capacity at SLO of configuration ``rows`` for one workload.
 
-    ``tpot_cap_s`` / ``ttft_cap_s`` tighten the workload's SLOs (Pareto sweeps).
+    ``tpot_cap_s`` / ``ttft_cap_s`` tighten the workload's SLOs (Pareto sweeps). Returns
+    :func:`planner.serving.queueing.capacity_at_slo`'s arrays at the SLOs themselves (the
+    central prediction), with ``max_rate_per_s`` replaced by the capacity the optimizer
+    buys under ``margins`` (:meth:`planner.margins.Margins.planned_capacity`; none: the
+    central one), ``central_rate_per_s`` the central capacity, and
+    ``slo_violated_at_low_load`` judged at the margined SLOs.
     """
     arrays = arrays if arrays is not None else workload_arrays(problem, rows, workload)
     traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
                                                workload.prefix_cache_hit_fraction)
     tpot = workload.slo.tpot_p95_s if tpot_cap_s is None else min(workload.slo.tpot_p95_s, tpot_cap_s)
     ttft = workload.slo.ttft_p95_s if ttft_cap_s is None else min(workload.slo.ttft_p95_s, ttft_cap_s)
-    return capacity_at_slo(arrays, params, traffic, ttft, tpot)
+    results = {}
+
+    def capacity(ttft_slo_s, tpot_slo_s):
+        results[ttft_slo_s, tpot_slo_s] = capacity_at_slo(arrays, params, traffic, ttft_slo_s, tpot_slo_s)
+        return results[ttft_slo_s, tpot_slo_s]["max_rate_per_s"]
+
+    margins = margins or Margins(confidence=0.5, max_load_fraction=1.0)
+    planned = margins.planned_capacity(capacity, ttft, tpot)
+    out = dict(results[ttft, tpot])
+    held = results.get(margins.slos(ttft, tpot), out)
+    out.update(max_rate_per_s=planned, central_rate_per_s=out["max_rate_per_s"],
+               slo_violated_at_low_load=held["slo_violated_at_low_load"])
+    return out
 
 
 def rejection_counts(candidates: pd.DataFrame) -> dict[str, int]:

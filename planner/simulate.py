@@ -19,7 +19,7 @@ import numpy as np
 from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import kv_budget_bytes_per_gpu, kv_bytes_per_seq, kv_fraction_per_gpu
 from planner.serving.params import ServingParams
-from planner.serving.roofline import mixed_step_time_s
+from planner.serving.roofline import StepModel
 
 #: Prompt tokens one continuous-batching iteration may prefill (chunked prefill budget;
 #: vLLM's ``max_num_batched_tokens`` default with chunked prefill enabled).
@@ -47,12 +47,13 @@ _INF = math.inf
 def check_simulation_inputs(*, rate_per_s: float, max_batch: int, requests: int,
                             scheduler: str = "continuous",
                             prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
-                            warmup_fraction: float = DEFAULT_WARMUP_FRACTION) -> list[tuple[str, str]]:
+                            warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+                            prefix_hit_fraction: float = 0.0) -> list[tuple[str, str]]:
     """Problems with the simulation settings, as ``(argument name, message)`` pairs.
 
     Parameters
     ----------
-    rate_per_s, max_batch, requests, scheduler, prefill_chunk_tokens, warmup_fraction
+    rate_per_s, max_batch, requests, scheduler, prefill_chunk_tokens, warmup_fraction, prefix_hit_fraction
         As in :func:`simulate_replica`.
 
     Returns
@@ -74,6 +75,8 @@ def check_simulation_inputs(*, rate_per_s: float, max_batch: int, requests: int,
         problems.append(("prefill_chunk_tokens", f"must be >= 1, got {prefill_chunk_tokens}"))
     if not 0.0 <= warmup_fraction < 1.0:
         problems.append(("warmup_fraction", f"must be in [0, 1), got {warmup_fraction}"))
+    if not 0.0 <= prefix_hit_fraction < 1.0:
+        problems.append(("prefix_hit_fraction", f"must be in [0, 1), got {prefix_hit_fraction}"))
     return problems
 
 
@@ -104,7 +107,9 @@ class SimulationResult:
     rejected_requests : int
         Requests whose KV (prompt + output) exceeds the whole KV budget; never admitted.
     ttft_p50_s, ttft_p95_s, ttft_mean_s : float
-        Time to first token: end of the iteration that completes the prefill - arrival [s].
+        Time to first token: end of the iteration that completes the prefill - arrival, plus
+        the parameters' ``request_overhead_s`` (API server, tokenizer, streaming: outside the
+        GPU steps, as in the analytic model; 0 with the seeds' parameters) [s].
     tpot_p50_s, tpot_p95_s, tpot_mean_s : float
         Time per output token after the first: (finish - first token) / (output - 1) [s];
         requests with one output token are left out.
@@ -160,6 +165,8 @@ class SimulationResult:
     prompt_tokens: np.ndarray = field(repr=False, compare=False)
     output_tokens: np.ndarray = field(repr=False, compare=False)
     measured: np.ndarray = field(repr=False, compare=False)
+    #: Fixed TTFT outside the GPU steps that the TTFT statistics include [s].
+    request_overhead_s: float = 0.0
 
     _ARRAY_FIELDS = ("arrival_s", "admit_s", "first_token_s", "finish_s", "prompt_tokens",
                      "output_tokens", "measured")
@@ -167,6 +174,13 @@ class SimulationResult:
     def to_dict(self) -> dict:
         """Scalar statistics keyed by name (no per-request arrays)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAY_FIELDS}
+
+    def latencies_s(self, mask=None) -> tuple[np.ndarray, np.ndarray]:
+        """TTFT and TPOT [s] of the measured requests (within ``mask``, a bool per request);
+        TPOT covers the requests with more than one output token."""
+        keep = self.measured if mask is None else self.measured & np.asarray(mask, dtype=bool)
+        return _latencies(self.arrival_s, self.first_token_s, self.finish_s, self.output_tokens, keep,
+                          self.request_overhead_s)
 
     def decode_time_s(self) -> np.ndarray:
         """Per measured request: finish - first token [s] (time spent decoding)."""
@@ -177,21 +191,28 @@ class SimulationResult:
 # ------------------------------------------------------------------ engine
 
 class _StepTimes:
-    """Memo of :func:`mixed_step_time_s` on (decodes, chunk tokens, context and prompt buckets)."""
+    """Memo of :func:`mixed_step_time_s` on (decodes, chunk tokens, context and prompt buckets).
+
+    Computes exactly what :func:`mixed_step_time_s` computes, from one step model per
+    context bucket (building the model dominated the simulator's run time)."""
 
     def __init__(self, arrays: ConfigArrays, params: ServingParams):
         self._arrays = arrays
         self._params = params
         self.cache: dict[tuple[int, int, int, int], float] = {}
+        #: One :class:`StepModel` per context bucket (what :func:`mixed_step_time_s` builds per call).
+        self._models: dict[int, StepModel] = {}
 
     def __call__(self, n_decode: int, chunk_tokens: int, context_bucket: int, prompt_bucket: int) -> float:
         key = (n_decode, chunk_tokens, context_bucket, prompt_bucket)
         s = self.cache.get(key)
         if s is None:
-            s = float(np.asarray(mixed_step_time_s(
-                self._arrays, self._params, n_decode, chunk_tokens,
-                context_tokens=context_bucket * LENGTH_BUCKET_TOKENS,
-                prompt_tokens=prompt_bucket * LENGTH_BUCKET_TOKENS)).reshape(-1)[0])
+            model = self._models.get(context_bucket)
+            if model is None:
+                model = self._models[context_bucket] = StepModel(
+                    self._arrays, self._params, context_bucket * LENGTH_BUCKET_TOKENS)
+            s = float(np.asarray(model.time(n_decode, chunk_tokens,
+                                            prompt_bucket * LENGTH_BUCKET_TOKENS)).reshape(-1)[0])
             if not s > 0:
                 raise ValueError(f"non-positive step time {s} for {key}")
             self.cache[key] = s
@@ -215,10 +236,12 @@ class _Replica:
     """
 
     def __init__(self, steps: _StepTimes, arrival_s, prompt, output, kv_bytes, budget_bytes: int,
-                 max_batch: int, window: tuple[float, float]):
+                 max_batch: int, window: tuple[float, float], prefill=None):
         self.steps = steps
         self.arrival = arrival_s
         self.prompt = prompt
+        #: Prompt tokens each request computes in its prefill (the rest hit the prefix cache).
+        self.prefill = prompt if prefill is None else prefill
         self.output = output
         self.kv = kv_bytes
         self.budget = budget_bytes
@@ -363,7 +386,7 @@ class _Replica:
         while True:
             while (r := self._try_admit()) is not None:
                 pending.append(r)
-                remaining.append(self.prompt[r])
+                remaining.append(self.prefill[r])
             if self.running == 0:
                 if self.head >= self.n:
                     return
@@ -391,8 +414,8 @@ class _Replica:
                 batch.append(r)
             if not batch:
                 continue
-            tokens = sum(self.prompt[r] for r in batch)
-            squares = sum(self.prompt[r] ** 2 for r in batch)
+            tokens = sum(self.prefill[r] for r in batch)
+            squares = sum(self.prefill[r] * self.prompt[r] for r in batch)
             s = self.steps(0, tokens, 0, _bucket(squares / tokens))
             self._integrate(self.t, self.t + s, len(batch) / s)
             self.t += s
@@ -410,7 +433,8 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
                      max_batch: int, requests: int = DEFAULT_REQUESTS, seed: int = 0,
                      scheduler: str = "continuous",
                      prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
-                     warmup_fraction: float = DEFAULT_WARMUP_FRACTION) -> SimulationResult:
+                     warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+                     prefix_hit_fraction: float = 0.0) -> SimulationResult:
     """Simulate one replica serving Poisson traffic; return latency and utilization statistics.
 
     Parameters
@@ -435,6 +459,10 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
         Prompt tokens one continuous iteration may prefill [tokens].
     warmup_fraction : float
         Fraction of the first arrivals left out of the statistics, in [0, 1).
+    prefix_hit_fraction : float
+        Share of every prompt served from the prefix cache, in [0, 1): a request prefills
+        round((1 - h) p) tokens (at least 1), attending over its whole prompt p, as in the
+        analytic model (problem YAML ``prefix_cache_hit_fraction``); its KV is the whole p.
 
     Returns
     -------
@@ -468,27 +496,52 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
     """
     problems = check_simulation_inputs(rate_per_s=rate_per_s, max_batch=max_batch, requests=requests,
                                        scheduler=scheduler, prefill_chunk_tokens=prefill_chunk_tokens,
-                                       warmup_fraction=warmup_fraction)
+                                       warmup_fraction=warmup_fraction,
+                                       prefix_hit_fraction=prefix_hit_fraction)
     if problems:
         raise ValueError("; ".join(f"{name}: {msg}" for name, msg in problems))
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
+    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
+    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
+    return run_requests(arrays, params, arrival, prompt_tokens, output_tokens, max_batch=max_batch,
+                        rate_per_s=float(rate_per_s), seed=int(seed), scheduler=scheduler,
+                        prefill_chunk_tokens=prefill_chunk_tokens, warmup_fraction=warmup_fraction,
+                        prefix_hit_fraction=prefix_hit_fraction)
+
+
+def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_tokens, output_tokens, *,
+                 max_batch: int, rate_per_s: float, seed: int, scheduler: str = "continuous",
+                 prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+                 warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
+                 prefix_hit_fraction=0.0) -> SimulationResult:
+    """Run given requests (sorted arrival times [s], prompt and output tokens) through one replica.
+
+    :func:`simulate_replica` draws them from one traffic class; :mod:`planner.verify` from a
+    routed mix of classes. ``rate_per_s`` and ``seed`` are recorded in the result;
+    ``prefix_hit_fraction`` (a number, or one per request) as in :func:`simulate_replica`. Raises
+    ``ValueError`` for more than one configuration or weights that leave no KV budget.
+    """
     if np.size(arrays.tp) != 1:
         raise ValueError(f"simulate_replica takes one configuration, got {np.size(arrays.tp)}")
     budget = float(np.asarray(kv_budget_bytes_per_gpu(arrays, params)).reshape(-1)[0])
     if not budget > 0:
         raise ValueError(f"no KV budget: the weights leave {budget:.3g} bytes per GPU")
-
-    rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
-    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
-    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
+    arrival = np.asarray(arrival_s, dtype=float)
+    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+    output_tokens = np.asarray(output_tokens, dtype=np.int64)
+    requests = len(arrival)
     kv_per_gpu = kv_bytes_per_seq(arrays, prompt_tokens + output_tokens) * kv_fraction_per_gpu(arrays)
     kv_bytes = np.ceil(np.broadcast_to(kv_per_gpu, (requests,))).astype(np.int64)
 
     first_measured = int(math.floor(warmup_fraction * requests))
     window = (float(arrival[first_measured]), float(arrival[-1]))
     steps = _StepTimes(arrays, params)
+    missed = 1.0 - np.asarray(prefix_hit_fraction, dtype=float)
+    computed = np.maximum(np.floor(missed * prompt_tokens + 0.5), 1)
     sim = _Replica(steps, arrival.tolist(), prompt_tokens.tolist(), output_tokens.tolist(),
-                   kv_bytes.tolist(), int(math.floor(budget)), int(max_batch), window)
+                   kv_bytes.tolist(), int(math.floor(budget)), int(max_batch), window,
+                   prefill=np.broadcast_to(computed, (requests,)).astype(np.int64).tolist())
     if scheduler == "continuous":
         sim.run_continuous(int(prefill_chunk_tokens))
     else:
@@ -496,7 +549,12 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
     return _summarize(sim, scheduler=scheduler, rate_per_s=float(rate_per_s), seed=int(seed),
                       max_batch=int(max_batch), prefill_chunk_tokens=int(prefill_chunk_tokens),
                       first_measured=first_measured, arrival=arrival, prompt_tokens=prompt_tokens,
-                      output_tokens=output_tokens)
+                      output_tokens=output_tokens, request_overhead_s=request_overhead_s(params))
+
+
+def request_overhead_s(params: ServingParams) -> float:
+    """The fixed TTFT a request adds outside the GPU steps (one configuration's value) [s]."""
+    return float(np.asarray(params.request_overhead_s, dtype=float).reshape(-1)[0])
 
 
 def _stat(values: np.ndarray, q: float | None) -> float:
@@ -505,17 +563,22 @@ def _stat(values: np.ndarray, q: float | None) -> float:
     return float(np.mean(values)) if q is None else float(np.percentile(values, q))
 
 
+def _latencies(arrival, first, finish, output_tokens, measured, request_overhead_s):
+    ttft = (first - arrival)[measured] + request_overhead_s
+    multi = measured & (output_tokens > 1)
+    return ttft, (finish - first)[multi] / (output_tokens[multi] - 1)
+
+
 def _summarize(sim: _Replica, *, scheduler, rate_per_s, seed, max_batch, prefill_chunk_tokens,
-               first_measured, arrival, prompt_tokens, output_tokens) -> SimulationResult:
+               first_measured, arrival, prompt_tokens, output_tokens,
+               request_overhead_s: float = 0.0) -> SimulationResult:
     admit = np.array(sim.admit_s)
     first = np.array(sim.first_s)
     finish = np.array(sim.finish_s)
     rejected = np.array(sim.rejected)
     measured = ~rejected
     measured[:first_measured] = False
-    ttft = (first - arrival)[measured]
-    multi = measured & (output_tokens > 1)
-    tpot = ((finish - first)[multi]) / (output_tokens[multi] - 1)
+    ttft, tpot = _latencies(arrival, first, finish, output_tokens, measured, request_overhead_s)
     wait = (admit - arrival)[measured]
     window_s = sim.w1 - sim.w0
     if window_s > 0:
@@ -536,6 +599,7 @@ def _summarize(sim: _Replica, *, scheduler, rate_per_s, seed, max_batch, prefill
         iterations=sim.iterations, distinct_step_times=len(sim.steps.cache),
         arrival_s=arrival, admit_s=admit, first_token_s=first, finish_s=finish,
         prompt_tokens=prompt_tokens, output_tokens=output_tokens, measured=measured,
+        request_overhead_s=float(request_overhead_s),
     )
 
 

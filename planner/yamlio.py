@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +27,61 @@ def yaml_path(loc: tuple, root: str = "") -> str:
     return out or "(top level)"
 
 
-def validation_problems(exc: ValidationError, root: str = "") -> list[str]:
-    """One line per pydantic error, each starting with the YAML path of the field."""
+def _models_in(annotation) -> list[type[BaseModel]]:
+    """The pydantic models an annotation can hold (through Optional, unions, tuples, dicts)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    if typing.get_origin(annotation) is dict:  # the value type only; keys are user data
+        return _models_in(typing.get_args(annotation)[-1])
+    out = []
+    for arg in typing.get_args(annotation):
+        out += [m for m in _models_in(arg) if m not in out]
+    return out
+
+
+def allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
+    """The keys the model at ``loc`` (a pydantic error location) accepts; [] when unknown.
+
+    Walks ``model``'s field annotations along ``loc``: a field name steps into the field's
+    model(s), a model's class name (pydantic's union tag) picks that member, and a list
+    index or dict key stays on the element type. So an unknown key anywhere in a problem
+    file gets a "did you mean" from the keys allowed at its place.
+    """
+    models = [model] if model is not None else []
+    for part in loc[:-1]:
+        if not isinstance(part, str):
+            continue
+        named = [m for m in models if part in m.model_fields]
+        if named:
+            models = list(dict.fromkeys(x for m in named for x in _models_in(m.model_fields[part].annotation)))
+        else:
+            models = [m for m in models if m.__name__ == part] or models
+    return sorted({k for m in models for k in m.model_fields})
+
+
+def suggest(name: str, choices) -> str:
+    """`` (did you mean 'h100-sxm'?)`` for a near miss, else an empty string."""
+    close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def unknown_key_message(key, choices) -> str:
+    """``unknown key (did you mean 'quantization'?)`` for a near miss, else ``unknown key``."""
+    return "unknown key" + (suggest(str(key), choices) if isinstance(key, str) else "")
+
+
+def validation_problems(exc: ValidationError, root: str = "", model: type[BaseModel] | None = None) -> list[str]:
+    """One line per pydantic error, each starting with the YAML path of the field.
+
+    With ``model`` (the validated class), an unknown key gets a "did you mean" from the keys
+    allowed at its place.
+    """
     lines = []
     for err in exc.errors():
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = unknown_key_message(loc[-1] if loc else "", allowed_keys(model, loc))
         elif err["type"] == "missing":
             msg = "required key is missing"
         msg = msg.removeprefix("Value error, ")
@@ -179,4 +228,4 @@ def parse_model(cls: type[BaseModel], data: Any, source: str, root: str = ""):
     try:
         return cls.model_validate(data)
     except ValidationError as exc:
-        raise PlanningInputError([f"{source}: {p}" for p in validation_problems(exc, root)]) from None
+        raise PlanningInputError([f"{source}: {p}" for p in validation_problems(exc, root, cls)]) from None

@@ -104,8 +104,9 @@ def test_checkpoint_rule():
 @pytest.mark.parametrize("vendor,resource", [("nvidia", "nvidia.com/gpu"), ("amd", "amd.com/gpu")])
 def test_kubernetes_manifest(vendor, resource):
     s = settings(vendor=vendor)
-    doc = yaml.safe_load(launch.k8s_manifest(s))
+    doc, service = yaml.safe_load_all(launch.k8s_manifest(s))
     assert doc["kind"] == "Deployment" and doc["apiVersion"] == "apps/v1"
+    assert service["kind"] == "Service" and service["spec"]["selector"] == {"app": s.name}
     assert doc["spec"]["replicas"] == s.replicas
     pod = doc["spec"]["template"]["spec"]["containers"][0]
     assert pod["resources"]["limits"] == {resource: s.tp * s.pp}
@@ -154,7 +155,7 @@ optimize: {top_k: 1}
             assert set(used_flags(text)) <= flag_list(engine)
             assert REQUIRED[engine] <= set(used_flags(text))
         if path.endswith("deployment.yaml"):
-            doc = yaml.safe_load(text)
+            doc = next(yaml.safe_load_all(text))
             dep = deployments[deployments["candidate_id"] == path.split("/")[0].rsplit("-", 1)[-1]].iloc[0]
             assert doc["spec"]["replicas"] == dep["replicas"]
             limits = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]

@@ -38,6 +38,35 @@ def test_analytic_p95_matches_simulator(catalog, load):
     assert float(state["tpot_p95_s"][0]) == pytest.approx(sim["tpot_p95_s"], rel=0.15)
 
 
+#: One configuration per engine (model, GPU, TP, weights, max batch, engine) for the check under
+#: the shipped calibration (issue 13); ``benchmarks/bench_queueing_vs_sim.py --calibration default``
+#: runs the same grid at more loads and requests.
+CALIBRATED = [("llama-3.1-8b", "h100-sxm", 1, "bf16", 128, "vllm"),
+              ("llama-3.1-8b", "h200-sxm", 1, "fp8", 128, "sglang"),
+              ("llama-3.1-70b", "h200-sxm", 4, "fp8", 128, "trtllm")]
+
+
+@pytest.mark.parametrize("config", CALIBRATED, ids=[c[-1] for c in CALIBRATED])
+def test_analytic_p95_matches_simulator_under_the_shipped_calibration(catalog, config):
+    """The search's capacities and the simulator use the same calibrated parameters and agree
+    within 15% at 50% and 80% of the saturation rate (6,000 requests: a few seconds)."""
+    from planner import parameters
+    from planner.simulate import simulate_replica
+
+    model, gpu, tp, quant, batch, engine = config
+    c = arrays(catalog, model=model, gpu=gpu, tp=tp, batch=batch, quant=quant)
+    p = parameters.resolve([gpu], parameters.load("default"), engine=engine, model_ids=[model],
+                           math_modes=[catalog.math_mode(gpu, quant)])
+    assert float(np.asarray(p.request_overhead_s).reshape(-1)[0]) > 0  # calibrated, not the seeds'
+    saturation = float(saturation_rate(c, p, TRAFFIC)[0])
+    for load in (0.5, 0.8):
+        state = state_at_rate(c, p, TRAFFIC, load * saturation)
+        sim = simulate_replica(c, p, rate_per_s=load * saturation, prompt=PROMPT, output=OUTPUT,
+                               max_batch=batch, requests=6000, seed=0)
+        assert float(state["ttft_p95_s"][0]) == pytest.approx(sim.ttft_p95_s, rel=0.15), load
+        assert float(state["tpot_p95_s"][0]) == pytest.approx(sim.tpot_p95_s, rel=0.15), load
+
+
 def test_fixed_lengths_at_trickle_load_reduce_to_step_times(catalog):
     """At a trickle, TTFT p95 = prefill + one decode step and TPOT = the batch-1 step."""
     from planner.serving.roofline import mixed_step_time_s

@@ -115,6 +115,19 @@ def test_isolated_requests_match_the_roofline_step_times(arrays_8b, prompt, chun
     assert r.throughput_tokens_per_s == pytest.approx(r.request_throughput_per_s * output, rel=0.05)
 
 
+@pytest.mark.parametrize("prompt, hit, chunks", [(1000, 0.3, [700]), (5000, 0.5, [2048, 452])])
+def test_prefix_cache_hits_prefill_only_the_missed_tokens(arrays_8b, prompt, hit, chunks):
+    """A hit fraction h prefills round((1 - h) p) tokens attending over the whole prompt p, as in
+    the analytic model; the decode context (and KV) is the whole prompt."""
+    p = ServingParams()
+    r = simulate_replica(arrays_8b, p, rate_per_s=0.001, prompt=Fixed(prompt), output=Fixed(64),
+                         max_batch=8, requests=40, seed=1, prefix_hit_fraction=hit)
+    assert r.ttft_p50_s == pytest.approx(sum(_step(arrays_8b, p, 0, c, 0, prompt) for c in chunks), rel=0.01)
+    assert r.tpot_p50_s == pytest.approx(_step(arrays_8b, p, 1, 0, prompt + 32, prompt), rel=0.01)
+    assert check_simulation_inputs(rate_per_s=1.0, max_batch=8, requests=10, prefix_hit_fraction=1.0) == [
+        ("prefix_hit_fraction", "must be in [0, 1), got 1.0")]
+
+
 def test_static_batch_prefills_all_prompts_in_one_step(arrays_8b):
     """Under overload every batch is full: one prefill step over 8 prompts, then batch-8 decodes."""
     p = ServingParams()
@@ -327,3 +340,37 @@ def test_cli_bad_values_exit_2_one_line_per_flag():
     _, err = run_sim_cli(*base, "--rate", 1, expect=2)
     assert "--prompt" in err and "--output" in err
     run_sim_cli("--timeline", "--gpu", "h100-sxm", expect=2)
+
+
+# ---------------------------------------------------------------- parameters: the same as eval
+
+def test_request_overhead_adds_to_every_ttft_and_nothing_else(arrays_8b):
+    """The fixed per-request overhead (server, tokenizer) sits outside the GPU steps, as in the
+    analytic model: TTFT statistics shift by exactly that much, TPOT and the schedule do not."""
+    base = ServingParams()
+    kw = dict(rate_per_s=8.0, prompt=PROMPT, output=OUTPUT, max_batch=64, requests=600, seed=1)
+    a = simulate_replica(arrays_8b, base, **kw)
+    b = simulate_replica(arrays_8b, base.with_overrides(request_overhead_s=0.25), **kw)
+    for key in ("ttft_p50_s", "ttft_p95_s", "ttft_mean_s"):
+        assert getattr(b, key) == pytest.approx(getattr(a, key) + 0.25, abs=1e-12)
+    assert (b.tpot_p95_s, b.iterations) == (a.tpot_p95_s, a.iterations)
+    np.testing.assert_array_equal(a.first_token_s, b.first_token_s)
+
+
+def test_simulate_resolves_parameters_exactly_like_eval(capsys):
+    """Shipped calibration by default, --engine and --calibration as in eval (issue 13)."""
+    from planner import cli
+
+    config = ["--model", "qwen3-32b", "--gpu", "h100-sxm", "--tp", "2", "--quant", "fp8"]
+    sim = ["simulate", *config, "--rate", "1", "--prompt", "500", "--output", "20", "--requests", "50"]
+
+    def run(*argv):
+        assert cli.main([*argv, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    for extra in ([], ["--engine", "sglang"], ["--calibration", "none"], ["--engine", "trtllm", "--mem-eff", "0.7"]):
+        s, e = run(*sim, *extra), run("eval", *config, *extra)
+        assert s["parameters"] == e["parameters"] and s["parameters_used"] == e["parameters_used"], extra
+    assert run(*sim, "--calibration", "none")["parameters"] == {
+        k: float(v) for k, v in ServingParams().as_dict().items()}
+    assert run(*sim)["parameters"] != run(*sim, "--engine", "sglang")["parameters"]

@@ -7,10 +7,11 @@ citation in the header); the tests check it.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -41,8 +42,24 @@ UNQUANTIZED = frozenset(WEIGHT_DTYPE)
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "habana.ai/gaudi"}
 #: Container image of the vLLM server per vendor (pin the tag your cluster runs).
 VLLM_IMAGE = {"nvidia": "vllm/vllm-openai:v0.11.0", "amd": "rocm/vllm:latest"}
-#: GPUs of a typical server; a replica above it needs a multi-node launcher, not one pod.
+#: GPUs of a typical server; a replica above it runs as a LeaderWorkerSet of several pods.
 GPUS_PER_NODE = 8
+#: Kubernetes object names: DNS-1123 labels of at most this many characters ...
+K8S_NAME_MAX_CHARS = 63
+#: ... and, when a name is truncated to fit, this many hex digits of its SHA-1 keep it unique.
+K8S_NAME_HASH_CHARS = 8
+#: Secret (name, key) holding a HuggingFace token (gated models such as Llama need one):
+#: ``kubectl create secret generic hf-token --from-literal=token=hf_...``.
+HF_TOKEN_SECRET = ("hf-token", "token")
+#: PersistentVolumeClaim holding the HuggingFace cache (ReadWriteMany, shared by the replicas),
+#: mounted where the vLLM image's HuggingFace cache lives.
+MODEL_CACHE_CLAIM = "model-cache"
+HF_CACHE_PATH = "/root/.cache/huggingface"
+#: vLLM's multi-node helper inside the vllm/vllm-openai image (starts or joins a Ray cluster):
+#: docs.vllm.ai/en/stable/examples/online_serving/multi-node-serving/ and the LeaderWorkerSet
+#: example at docs.vllm.ai/en/latest/deployment/frameworks/lws.html.
+MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 
 
 @cache
@@ -101,6 +118,36 @@ def hf_repo(catalog, model_id: str) -> str | None:
     return None
 
 
+@cache
+def _instruct_table() -> dict:
+    return yaml.safe_load((FLAG_DIR / "instruct_repos.yaml").read_text(encoding="utf-8")) or {}
+
+
+def serving_repo(catalog, model_id: str) -> str | None:
+    """The checkpoint a launch serves by default: the model's instruct (chat) checkpoint where
+    it has one (``engine_flags/instruct_repos.yaml``), else :func:`hf_repo`."""
+    return _instruct_table().get(model_id) or hf_repo(catalog, model_id)
+
+
+def k8s_name(text: str) -> str:
+    """A DNS-1123 (and DNS-1035) label from ``text``: lower-case alphanumerics and '-', starting
+    with a letter, at most :data:`K8S_NAME_MAX_CHARS`; a name cut to fit ends with a short hash
+    of the full text, so two long texts that share their first 54 characters stay distinct."""
+    slug = _slug(text, limit=10 ** 6)
+    if not slug[:1].isalpha():
+        slug = f"x-{slug}".rstrip("-")
+    if len(slug) <= K8S_NAME_MAX_CHARS:
+        return slug
+    digest = hashlib.sha1(text.encode()).hexdigest()[:K8S_NAME_HASH_CHARS]
+    return f"{slug[:K8S_NAME_MAX_CHARS - K8S_NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
+
+
+def _label_value(text: str) -> str:
+    """``text`` as a Kubernetes label value (<= 63 of [A-Za-z0-9_.-], alphanumeric at both ends)."""
+    ok = re.fullmatch(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?", text)
+    return text if ok else k8s_name(text)
+
+
 @dataclass(frozen=True)
 class LaunchSettings:
     """Engine-neutral settings of one deployment (one replica = tp x pp GPUs)."""
@@ -122,6 +169,8 @@ class LaunchSettings:
     chunked_prefill_tokens: int
     replicas: int
     workloads: tuple[str, ...]
+    #: engine -> why catalogs/engines.yaml has no support for this GPU, format and KV dtype.
+    engine_unsupported: dict = field(default_factory=dict)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -168,6 +217,7 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
     ``--kv_cache_free_gpu_memory_fraction`` is a fraction of the memory left after weights
     and workspace, so it gets (u M - W - ws) / (M - W - ws), the same KV budget.
     """
+    from planner.compat import engine_table
     from planner.search import serving_params
 
     params = serving_params(problem)
@@ -181,9 +231,12 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
     kv_fraction = float(row["kv_budget_bytes_per_gpu"]) / free if free > 0 else 0.0
     kv_fraction = min(max(math.floor(kv_fraction * 100) / 100, 0.05), 0.95)
     max_batch = int(deployment["max_batch"])
+    support = engine_table(problem.catalog)
+    unsupported = {e: why for e in ENGINES
+                   if (why := support.explain(e, gpu.id, fmt.id, deployment["kv_cache_dtype"]))}
     return LaunchSettings(
-        name=_slug(f"{problem.name}-{index}-{deployment['model']}-{gpu.id}"),
-        model=deployment["model"], hf_repo=hf_repo(problem.catalog, deployment["model"]),
+        name=k8s_name(f"{problem.name}-{index}-{deployment['model']}-{gpu.id}"),
+        model=deployment["model"], hf_repo=serving_repo(problem.catalog, deployment["model"]),
         gpu=gpu.id, vendor=gpu.vendor, tp=int(deployment["tp"]), pp=int(deployment["pp"]),
         quantization=fmt.id, quantization_names=dict(fmt.engines),
         kv_cache_dtype=deployment["kv_cache_dtype"], max_num_seqs=max_batch,
@@ -191,12 +244,14 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
         gpu_memory_utilization=float(params.gpu_memory_utilization),
         kv_cache_free_memory_fraction=kv_fraction,
         chunked_prefill_tokens=max(int(params.prefill_chunk_tokens), max_batch),
-        replicas=int(deployment["replicas"]), workloads=tuple(served),
+        replicas=int(deployment["replicas"]), workloads=tuple(served), engine_unsupported=unsupported,
     )
 
 
 def unsupported_reason(s: LaunchSettings, engine: str) -> str | None:
     """Why an engine cannot run a deployment, or None."""
+    if engine in s.engine_unsupported:
+        return s.engine_unsupported[engine]
     if engine == "trtllm" and s.vendor != "nvidia":
         return f"TensorRT-LLM runs on NVIDIA GPUs only ({s.gpu} is {s.vendor})"
     if s.quantized and not s.quantization_names.get(engine):
@@ -305,58 +360,110 @@ def shell_script(s: LaunchSettings, engine: str, context: str = "") -> str:
     return "\n".join(head) + "\n" + " \\\n".join(lines) + "\n"
 
 
-def k8s_manifest(s: LaunchSettings) -> str:
-    """A Kubernetes Deployment running the vLLM command, ``replicas`` pods of tp x pp GPUs."""
+def _vllm_container(s: LaunchSettings, name: str, command: list[str], args: list[str]) -> dict:
+    """A vLLM container with the GPU limit, the model env, the HF token and the model cache."""
     resource = GPU_RESOURCE.get(s.vendor)
-    args = ["serve", "$(MODEL)"]
-    for flag, value in engine_args(s, "vllm"):
-        args += [flag] + ([value] if value is not None else [])
-    limits = {resource: s.gpus_per_replica} if resource else {}
+    limits = {resource: min(s.gpus_per_replica, GPUS_PER_NODE)} if resource else {}
     model = s.hf_repo if s.hf_repo and not needs_quantized_checkpoint(s, "vllm") else \
         f"REPLACE-WITH-{s.quantization}-CHECKPOINT-OF-{s.hf_repo or s.model}"
-    labels = {"app": s.name, "planner/model": s.model, "planner/gpu": s.gpu}
-    body = {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": s.name, "labels": dict(labels)},
-        "spec": {
-            "replicas": s.replicas,
-            "selector": {"matchLabels": {"app": s.name}},
-            "template": {
-                "metadata": {"labels": dict(labels)},
-                "spec": {
-                    "containers": [{
-                        "name": "vllm", "image": VLLM_IMAGE.get(s.vendor, VLLM_IMAGE["nvidia"]),
-                        "command": ["vllm"], "args": args,
-                        "env": [{"name": "MODEL", "value": model}],
-                        "ports": [{"containerPort": SERVER_PORT, "name": "http"}],
-                        "resources": {"limits": limits, "requests": dict(limits)},
-                        "readinessProbe": {"httpGet": {"path": "/health", "port": SERVER_PORT},
-                                           "periodSeconds": 10},
-                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-                    }],
-                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-                },
-            },
-        },
+    secret, key = HF_TOKEN_SECRET
+    return {
+        "name": name, "image": VLLM_IMAGE.get(s.vendor, VLLM_IMAGE["nvidia"]),
+        "command": command, "args": args,
+        "env": [{"name": "MODEL", "value": model},
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": secret, "key": key, "optional": True}}},
+                {"name": "HF_HOME", "value": HF_CACHE_PATH}],
+        "ports": [{"containerPort": SERVER_PORT, "name": "http"}],
+        "resources": {"limits": limits, "requests": dict(limits)},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"},
+                         {"name": "model-cache", "mountPath": HF_CACHE_PATH}],
     }
-    notes = [(f"# Kubernetes Deployment for {s.model} on {s.gpu}: {s.replicas} replica(s) x "
+
+
+def _volumes() -> list[dict]:
+    return [{"name": "dshm", "emptyDir": {"medium": "Memory"}},
+            {"name": "model-cache", "persistentVolumeClaim": {"claimName": MODEL_CACHE_CLAIM}}]
+
+
+def _vllm_args(s: LaunchSettings) -> list[str]:
+    args = []
+    for flag, value in engine_args(s, "vllm"):
+        args += [flag] + ([value] if value is not None else [])
+    return args
+
+
+def k8s_objects(s: LaunchSettings) -> list[dict]:
+    """The Kubernetes objects of a deployment: a Deployment (a replica within one node) or a
+    LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``, one group of ceil(tp pp / 8) pods per
+    replica, vLLM over Ray), then a Service in front of the serving pods."""
+    labels = {"app": s.name, "planner/model": _label_value(s.model), "planner/gpu": _label_value(s.gpu)}
+    probe = {"httpGet": {"path": "/health", "port": SERVER_PORT}, "periodSeconds": 10}
+    if s.gpus_per_replica <= GPUS_PER_NODE:
+        container = _vllm_container(s, "vllm", ["vllm"], ["serve", "$(MODEL)", *_vllm_args(s)])
+        container["readinessProbe"] = probe
+        workload = {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": s.name, "labels": dict(labels)},
+            "spec": {"replicas": s.replicas, "selector": {"matchLabels": {"app": s.name}},
+                     "template": {"metadata": {"labels": dict(labels)},
+                                  "spec": {"containers": [container], "volumes": _volumes()}}},
+        }
+        selector = {"app": s.name}
+    else:
+        nodes = math.ceil(s.gpus_per_replica / GPUS_PER_NODE)
+        serve = " ".join(["vllm", "serve", '"$MODEL"', *(shlex.quote(a) for a in _vllm_args(s))])
+        leader = _vllm_container(s, "vllm-leader", ["sh", "-c"], [
+            f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && exec {serve}"])
+        leader["readinessProbe"] = probe
+        worker = _vllm_container(s, "vllm-worker", ["sh", "-c"], [
+            f"bash {MULTI_NODE_SCRIPT} worker --ray_address=$(LWS_LEADER_ADDRESS)"])
+        del worker["ports"]
+        workload = {
+            "apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
+            "metadata": {"name": s.name, "labels": dict(labels)},
+            "spec": {"replicas": s.replicas, "leaderWorkerTemplate": {
+                "size": nodes, "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": {"metadata": {"labels": {**labels, "role": "leader"}},
+                                   "spec": {"containers": [leader], "volumes": _volumes()}},
+                "workerTemplate": {"metadata": {"labels": dict(labels)},
+                                   "spec": {"containers": [worker], "volumes": _volumes()}}}},
+        }
+        selector = {"leaderworkerset.sigs.k8s.io/name": s.name, "role": "leader"}
+    service = {"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": s.name, "labels": dict(labels)},
+               "spec": {"selector": selector,
+                        "ports": [{"name": "http", "port": SERVER_PORT, "targetPort": "http"}]}}
+    return [workload, service]
+
+
+def k8s_manifest(s: LaunchSettings) -> str:
+    """``deployment.yaml``: the objects of :func:`k8s_objects` as one multi-document YAML."""
+    objects = k8s_objects(s)
+    kind = objects[0]["kind"]
+    notes = [(f"# Kubernetes {kind} + Service for {s.model} on {s.gpu}: {s.replicas} replica(s) x "
               f"{s.gpus_per_replica} GPU(s), command for {engine_version('vllm')}."),
-             f"# Schedule the pods on {s.gpu} nodes: add the nodeSelector your cluster uses for them."]
-    if s.gpus_per_replica > GPUS_PER_NODE:
-        notes.append(f"# One replica spans {s.gpus_per_replica} GPUs (more than one {GPUS_PER_NODE}-GPU node): "
-                     "run it with a multi-node launcher (e.g. LeaderWorkerSet with Ray), not this single pod.")
-    if resource is None:
+             f"# Schedule the pods on {s.gpu} nodes: add the nodeSelector your cluster uses for them.",
+             f"# Needs: Secret '{HF_TOKEN_SECRET[0]}' with key '{HF_TOKEN_SECRET[1]}' (a HuggingFace token; "
+             f"optional for ungated models) and a ReadWriteMany PersistentVolumeClaim '{MODEL_CACHE_CLAIM}' "
+             f"holding the HuggingFace cache (mounted at {HF_CACHE_PATH}).",
+             f"# Service '{s.name}' exposes the OpenAI-compatible API on port {SERVER_PORT}."]
+    if kind == "LeaderWorkerSet":
+        notes.append(f"# One replica spans {s.gpus_per_replica} GPUs: a LeaderWorkerSet group of "
+                     f"{objects[0]['spec']['leaderWorkerTemplate']['size']} pods x {GPUS_PER_NODE} GPUs, "
+                     "vLLM over Ray (install the LeaderWorkerSet controller: github.com/kubernetes-sigs/lws).")
+    if GPU_RESOURCE.get(s.vendor) is None:
         notes.append(f"# No known Kubernetes GPU resource for vendor '{s.vendor}': set resources.limits.")
     if needs_quantized_checkpoint(s, "vllm"):
         notes.append("# Set env MODEL to a pre-quantized checkpoint (see the value).")
-    return "\n".join(notes) + "\n" + yaml.safe_dump(body, sort_keys=False, width=1000)
+    return "\n".join(notes) + "\n" + yaml.safe_dump_all(objects, sort_keys=False, width=1000)
 
 
 def launch_files(result) -> dict[str, str]:
     """The ``launch/`` tree of the best plan: ``{relative path: text}`` (README.md first).
 
     One folder per deployment with ``vllm.sh``, ``sglang.sh``, ``trtllm.sh`` (+
-    ``trtllm-extra.yaml``) that start ONE replica, and ``deployment.yaml`` (all replicas).
+    ``trtllm-extra.yaml``) that start ONE replica, and ``deployment.yaml`` (all replicas);
+    an engine's files only where it supports the deployment (:func:`unsupported_reason`).
     """
     plan = result.best
     readme = ["# Launch settings", ""]
@@ -367,15 +474,23 @@ def launch_files(result) -> dict[str, str]:
     else:
         readme += [(f"One folder per deployment of plan #1 ({plan.usd_per_hour:.2f} USD/h). Each holds "
                     "`vllm.sh`, `sglang.sh`, `trtllm.sh` (+ `trtllm-extra.yaml`) to start ONE replica, "
-                    "and `deployment.yaml`, a Kubernetes Deployment of all replicas (vLLM)."), ""]
+                    "and `deployment.yaml`, the Kubernetes objects of all replicas (vLLM): a Deployment, "
+                    "or a LeaderWorkerSet when a replica spans more than one node, and a Service. "
+                    "An engine's files are written only where catalogs/engines.yaml documents it for the "
+                    "deployment's GPU, weight format and KV dtype; the list says why one is missing."), ""]
         for i, (_, dep) in enumerate(plan.deployments.iterrows(), start=1):
             s = launch_settings(result.problem, result.candidates, dep, plan.routing, index=i)
             sub = f"{i:02d}-{_slug(dep['model'])}-{dep['gpu']}-{dep['candidate_id']}"
+            skipped = {e: why for e in ENGINES if (why := unsupported_reason(s, e))}
             for engine in ENGINES:
-                files[f"{sub}/{engine}.sh"] = shell_script(s, engine, f"Plan #1, deployment {i}.")
-            files[f"{sub}/trtllm-extra.yaml"] = trtllm_extra_options(s)
-            files[f"{sub}/deployment.yaml"] = k8s_manifest(s)
+                if engine not in skipped:  # launch settings only for supported combinations
+                    files[f"{sub}/{engine}.sh"] = shell_script(s, engine, f"Plan #1, deployment {i}.")
+            if "trtllm" not in skipped:
+                files[f"{sub}/trtllm-extra.yaml"] = trtllm_extra_options(s)
+            if "vllm" not in skipped:
+                files[f"{sub}/deployment.yaml"] = k8s_manifest(s)
             readme.append(f"- `{sub}/`: {s.replicas} x {s.gpu} ({s.gpus_per_replica} GPU(s) each), "
                           f"{s.model} {s.quantization}/kv-{s.kv_cache_dtype}, max batch {s.max_num_seqs}, "
-                          f"max model length {s.max_model_len}")
+                          f"max model length {s.max_model_len}, checkpoint {s.hf_repo or s.model}")
+            readme += [f"  - no `{e}` settings: {why}" for e, why in skipped.items()]
     return {"README.md": "\n".join(readme) + "\n", **files}

@@ -65,6 +65,14 @@ def gpus_involved(result, doc: dict) -> list[str]:
     return sorted(gpus)
 
 
+def _quality(d: dict) -> str:
+    """A deployment's published accuracy recovery (catalogs/quality.yaml), or 'unverified'."""
+    q = d.get("quality")
+    if q is None:
+        return "-"
+    return "unverified" if q["recovery"] is None else f"{q['recovery']:.1%}"
+
+
 def _config(d: dict) -> str:
     if "tp" not in d:
         return d.get("name", d["candidate_id"])
@@ -76,6 +84,69 @@ def _cost_by_gpu(plan: dict) -> dict:
     for d in plan["deployments"]:
         out[d["gpu"]] = out.get(d["gpu"], 0.0) + d["usd_per_hour"]
     return dict(sorted(out.items()))
+
+
+def _margin(slo, p95) -> str:
+    """Headroom of an SLO over a p95: SLO / p95 - 1, as a signed percentage."""
+    if slo is None or p95 is None or not p95 > 0:
+        return "-"
+    return f"{slo / p95 - 1:+.0%}"
+
+
+def _latency_table(doc: dict, plan: dict) -> tuple:
+    """Per (deployment, workload): rate, central p95s, p95s at the confidence, margins, simulated."""
+    slos = {w["name"]: w["slo"] or {} for w in doc["workloads"]}
+    q = doc["margins"]["confidence"]
+    verified = "verification" in doc
+    headers = ["workload", "GPU", "configuration", "rate [req/s]", "p95 TTFT [ms]", f"p95 TTFT at {q:g} [ms]",
+               "TTFT margin", "p95 TPOT [ms]", f"p95 TPOT at {q:g} [ms]", "TPOT margin"]
+    if verified:
+        headers += ["simulated p95 TTFT [ms]", "simulated p95 TPOT [ms]"]
+    rows = []
+    for d in plan["deployments"]:
+        for name, w in d["workloads"].items():
+            row = [name, d["gpu"], _config(d), _num(w["rate_per_s"], ".4g")]
+            for metric in ("ttft", "tpot"):
+                at_q = w.get(f"{metric}_p95_at_confidence_s", w.get(f"{metric}_p95_s"))
+                slo = slos[name].get(f"{metric}_p95_s")
+                row += [_ms(w.get(f"{metric}_p95_s")), _ms(at_q), _margin(slo, at_q)]
+            if verified:
+                row += [_ms(w.get("simulated_ttft_p95_s")), _ms(w.get("simulated_tpot_p95_s"))]
+            rows.append(row)
+    return ("table", headers, rows)
+
+
+def margin_blocks(doc: dict) -> list[tuple]:
+    """The margins in plain words (confidence, load cap, what the latency columns mean)."""
+    m = doc["margins"]
+    f = m["error_factors"]
+    text = ("The serving model's predictions are not exact, and real traffic is burstier than the "
+            "Poisson arrivals it assumes. Every plan keeps two margins. **Confidence "
+            f"{m['confidence']:g}**: a replica is loaded only as far as its predicted p95 TTFT times "
+            f"{f['ttft_p95']:.2f} and p95 TPOT times {f['tpot_p95']:.2f} still meet the SLOs; these factors are "
+            f"the {m['confidence']:.0%} quantile of the model's error ({m['error_source']}), so the latencies "
+            "should hold with about that probability even where the model is wrong. **Load cap "
+            f"{m['max_load_fraction']:.0%}**: no replica carries more than that share of the traffic it could "
+            "carry at the SLOs under the central prediction. The `load` column is measured against that "
+            "central capacity. Per workload, `p95` is the central prediction at the deployment's load, "
+            f"`p95 at {m['confidence']:g}` the same times the error factor, and `margin` how much more "
+            f"the SLO allows than that (SLO / p95 at {m['confidence']:g} - 1).")
+    if not m["model_error"]:
+        text = ("Capacities are measured, so no model error applies. "
+                f"**Load cap {m['max_load_fraction']:.0%}**: "
+                "no replica carries more than that share of its measured capacity (headroom for bursts); "
+                "the `load` column is relative to the measured capacity.")
+    blocks = [("h", 2, "Margins"), ("p", text)]
+    if "verification" in doc and not m["model_error"]:
+        blocks.append(("p", "`--verify`: measured capacities have no serving model to simulate."))
+    elif "verification" in doc:
+        v = doc["verification"]
+        blocks.append(("p", "Verified by simulation (`--verify`): one replica of each deployment ran its routed "
+                            f"traffic mix in the discrete-event simulator (seed {v['seed']}, at least "
+                            f"{v['requests_per_workload']} requests of its smallest workload, at most "
+                            f"{v['max_requests']} in all, the first {v['warmup_fraction']:.0%} left out); the "
+                            "`simulated` columns are its p95s per workload."))
+    return blocks
 
 
 def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> list[tuple]:
@@ -101,6 +172,7 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
                 w["output_tokens"] or "-", _num((w["slo"] or {}).get("ttft_p95_s"), "g"),
                 _num((w["slo"] or {}).get("tpot_p95_s"), "g")] for w in doc["workloads"]]))
 
+    b += margin_blocks(doc)
     b.append(("h", 2, "Ranked plans"))
     if not doc["plans"]:
         b.append(("p", "No plan meets the SLOs under the limits (see Diagnosis)."))
@@ -116,14 +188,11 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
         for p in doc["plans"]:
             b.append(("h", 3, f"Plan #{p['rank']}: {p['usd_per_hour']:.2f} USD/h"))
             b.append(("table", ["GPU", "model", "configuration", "replicas", "GPUs/replica", "GPUs",
-                                "USD/h", "load"],
+                                "USD/h", "load", "accuracy recovery"],
                       [[d["gpu"], d.get("model", "-"), _config(d), d["replicas"], d["gpus_per_replica"],
-                        d["gpus"], _num(d["usd_per_hour"]), f"{d['load_fraction']:.0%}"]
+                        d["gpus"], _num(d["usd_per_hour"]), f"{d['load_fraction']:.0%}", _quality(d)]
                        for d in p["deployments"]]))
-            b.append(("table", ["workload", "GPU", "configuration", "rate [req/s]",
-                                "predicted p95 TTFT [ms]", "predicted p95 TPOT [ms]"],
-                      [[name, d["gpu"], _config(d), _num(w["rate_per_s"], ".4g"), _ms(w.get("ttft_p95_s")),
-                        _ms(w.get("tpot_p95_s"))] for d in p["deployments"] for name, w in d["workloads"].items()]))
+            b.append(_latency_table(doc, p))
 
     b.append(("h", 2, "Cost vs p95 latency fronts"))
     b.append(("p", ("Each point re-solves the plan with every workload's SLO tightened to the target: "

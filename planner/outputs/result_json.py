@@ -7,7 +7,10 @@ import math
 import numpy as np
 import pandas as pd
 
+from planner.margins import Margins
 from planner.pipeline import PlanResult
+from planner.verify import COLUMNS as VERIFY_COLUMNS
+from planner.verify import settings as verify_settings
 
 #: Plan keys of the cost per 1M tokens, with the token basis each counts.
 PER_MILLION_LABELS = (("usd_per_million_tokens", "output"), ("usd_per_million_input_tokens", "input"),
@@ -24,7 +27,22 @@ def _none_if_nan(v):
     return v
 
 
-def _deployment(dep: pd.Series, routing: pd.DataFrame) -> dict:
+def _workload_entry(r, margins: Margins) -> dict:
+    """One routed workload of a deployment: rate, central p95s, p95s at the confidence, simulated."""
+    out = {"rate_per_s": float(r.rate_per_s), "ttft_p95_s": _none_if_nan(float(r.ttft_p95_s)),
+           "tpot_p95_s": _none_if_nan(float(r.tpot_p95_s))}
+    if margins.model_error:
+        for metric in ("ttft", "tpot"):
+            central = out[f"{metric}_p95_s"]
+            at_q = None if central is None else central * margins.factor(metric)
+            out[f"{metric}_p95_at_confidence_s"] = at_q
+    for col in VERIFY_COLUMNS:
+        if hasattr(r, col):
+            out[col] = _none_if_nan(float(getattr(r, col)))
+    return out
+
+
+def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins) -> dict:
     mine = routing[routing["candidate_id"] == dep["candidate_id"]]
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
@@ -35,11 +53,10 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame) -> dict:
         "replicas": int(dep["replicas"]), "gpus_per_replica": int(dep["gpus_per_replica"]),
         "gpus": int(dep["gpus"]), "usd_per_hour": float(dep["usd_per_hour"]),
         "load_fraction": float(dep["load_fraction"]),
-        "workloads": {
-            r.workload: {"rate_per_s": float(r.rate_per_s),
-                         "ttft_p95_s": _none_if_nan(float(r.ttft_p95_s)),
-                         "tpot_p95_s": _none_if_nan(float(r.tpot_p95_s))}
-            for r in mine.itertuples()},
+        "quality": ({"recovery": _none_if_nan(dep["quality_recovery"]), "source": dep["quality_source"]}
+                    if "quality_source" in dep else None),
+        "planned_load_fraction": _none_if_nan(float(dep.get("planned_load_fraction", dep["load_fraction"]))),
+        "workloads": {r.workload: _workload_entry(r, margins) for r in mine.itertuples()},
     }
     return {k: v for k, v in out.items() if v is not None}
 
@@ -62,6 +79,7 @@ def _parameters_used(problem) -> dict:
 def result_to_dict(result: PlanResult) -> dict:
     """The JSON document of a solve: status, plans, pareto, solver, candidates, diagnosis."""
     problem = result.problem
+    margins = Margins.of(problem)
     plans = []
     for p in result.plans:
         plans.append({
@@ -71,7 +89,7 @@ def result_to_dict(result: PlanResult) -> dict:
             "usd_per_million_total_tokens": p.usd_per_million_total_tokens,
             "gpus": int(p.deployments["gpus"].sum()),
             "gpus_by_type": p.gpus_by_type,
-            "deployments": [_deployment(d, p.routing) for _, d in p.deployments.iterrows()],
+            "deployments": [_deployment(d, p.routing, margins) for _, d in p.deployments.iterrows()],
         })
     pareto = [] if result.pareto.empty else [
         {k: _none_if_nan(v) for k, v in row.items()} for row in result.pareto.to_dict(orient="records")]
@@ -83,12 +101,15 @@ def result_to_dict(result: PlanResult) -> dict:
         "solver": {k: v for k, v in result.solver.items()},
         "candidates": result.counts,
         "diagnosis": result.diagnosis,
+        "warnings": list(problem.warnings),
         "workloads": [{"name": w.name, "model": w.model, "rate_per_s": w.rate_per_s,
                        "prompt_tokens": w.prompt.describe() if w.prompt else None,
                        "output_tokens": w.output.describe() if w.output else None,
                        "slo": w.slo.model_dump() if w.slo else None} for w in problem.workloads],
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
         "serving_parameters": _parameters_used(problem),
+        "margins": margins.describe(),
+        **({"verification": verify_settings()} if result.verified else {}),
         "timings_s": result.timings_s,
     }
 
@@ -100,6 +121,20 @@ def strip_timings(doc):
     if isinstance(doc, list):
         return [strip_timings(v) for v in doc]
     return doc
+
+
+def _latency_text(w: dict, margins: dict) -> str:
+    """``  p95 TTFT .. ms, p95 TPOT .. ms (.. at confidence Q) ; simulated ..`` for one workload."""
+    if w.get("ttft_p95_s") is None:
+        return ""
+    text = f"  p95 TTFT {w['ttft_p95_s'] * 1e3:.0f} ms, p95 TPOT {w['tpot_p95_s'] * 1e3:.1f} ms"
+    if w.get("ttft_p95_at_confidence_s") is not None:
+        text += (f" (at confidence {margins['confidence']:g}: {w['ttft_p95_at_confidence_s'] * 1e3:.0f} ms, "
+                 f"{w['tpot_p95_at_confidence_s'] * 1e3:.1f} ms)")
+    if w.get("simulated_ttft_p95_s") is not None:
+        text += (f"; simulated {w['simulated_ttft_p95_s'] * 1e3:.0f} ms, "
+                 f"{w['simulated_tpot_p95_s'] * 1e3:.1f} ms")
+    return text
 
 
 def result_text(result: PlanResult) -> str:
@@ -125,12 +160,13 @@ def result_text(result: PlanResult) -> str:
         for d in p["deployments"]:
             cfg = (f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} max_batch {d['max_batch']}"
                    if "tp" in d else d.get("name", d["candidate_id"]))
+            quality = d.get("quality")
+            rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
+                   else f", quality {quality['recovery']:.1%}")
             lines.append(f"    {d['replicas']:>3} x {d['gpu']:<14} {cfg}  (${d['usd_per_hour']:.2f}/h, "
-                         f"load {d['load_fraction']:.0%})")
+                         f"load {d['load_fraction']:.0%}{rec})")
             for name, w in d["workloads"].items():
-                lat = (f"  p95 TTFT {w['ttft_p95_s'] * 1e3:.0f} ms, p95 TPOT {w['tpot_p95_s'] * 1e3:.1f} ms"
-                       if w.get("ttft_p95_s") is not None else "")
-                lines.append(f"          {name}: {w['rate_per_s']:.3g} req/s{lat}")
+                lines.append(f"          {name}: {w['rate_per_s']:.3g} req/s{_latency_text(w, doc['margins'])}")
     if doc["diagnosis"]:
         lines.append("")
         lines.append("infeasible because:")

@@ -166,6 +166,8 @@ def file_sha256(path) -> str | None:
 def plans_frame(doc: dict) -> pd.DataFrame:
     """``plans.csv``: one row per (plan, deployment), numbers from the JSON result."""
     names = [w["name"] for w in doc["workloads"]]
+    extra = (("ttft_p95_at_confidence_s", "tpot_p95_at_confidence_s") if doc["margins"]["model_error"] else ()) \
+        + (("simulated_ttft_p95_s", "simulated_tpot_p95_s") if "verification" in doc else ())
     rows = []
     for p in doc["plans"]:
         for d in p["deployments"]:
@@ -176,11 +178,16 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                    **{k: d.get(k) for k in ("candidate_id", "name", "model", "gpu", "tp", "pp", "quantization",
                                              "kv_cache_dtype", "max_batch", "replicas", "gpus_per_replica",
                                              "gpus", "usd_per_hour", "load_fraction")}}
+            if d.get("quality") is not None:
+                row["quality_recovery"] = d["quality"]["recovery"]
+                row["quality_source"] = d["quality"]["source"]
             for n in names:
                 w = d["workloads"].get(n, {})
                 row[f"rate_per_s[{n}]"] = w.get("rate_per_s", 0.0)
                 row[f"ttft_p95_s[{n}]"] = w.get("ttft_p95_s")
                 row[f"tpot_p95_s[{n}]"] = w.get("tpot_p95_s")
+                for key in extra:
+                    row[f"{key}[{n}]"] = w.get(key)
             rows.append(row)
     frame = pd.DataFrame(rows, columns=list(rows[0]) if rows else
                          ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens",
