@@ -31,11 +31,11 @@ MAX_ABS_NUMBER = 1e18
 
 # ------------------------------------------------------------------ names
 #: Workload, problem and capacity-row names, and imported model ids: letters, digits and
-#: ``. _ - + @ ( ) [ ]`` and spaces, starting with a letter or digit, 1-64 characters.
+#: ``. _ - + @ ( ) [ ]`` and spaces, starting with a letter or digit, 1-128 characters.
 #: They reach file names, report tables and comments of generated shell scripts, so no
 #: quotes, ``$``, backticks, ``;``, ``|``, ``&``, ``<>``, ``\`` or control characters.
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@()\[\] -]{0,63}")
-NAME_CHARACTERS = "letters, digits, spaces and . _ - + @ ( ) [ ], starting with a letter or digit, at most 64"
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+@()\[\] -]{0,127}")
+NAME_CHARACTERS = "letters, digits, spaces and . _ - + @ ( ) [ ], starting with a letter or digit, at most 128"
 
 # ------------------------------------------------------------------ search space
 #: Most values in each of search.tp, search.pp, search.max_batch.
