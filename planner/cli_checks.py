@@ -86,9 +86,10 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
             continue
         problems += flag_problems(action.option_strings[-1] if action.option_strings[-1].startswith("--")
                                   else action.option_strings[0], value)
-    if getattr(args, "engine", None) is not None:
-        why = limits.engine_problem("--engine", args.engine)
-        if why:
-            problems.append(why)
+    if getattr(args, "engine", None) is not None:   # the engines of catalogs/engines.yaml
+        from planner.cli import _catalog
+        from planner.problem_checks import check_engine
+
+        problems += [line.replace("serving.engine", "--engine", 1) for line in check_engine(args.engine, _catalog(args))]
     if problems:
         raise PlanningInputError(problems)

@@ -144,16 +144,6 @@ def _length_problems(path: str, spec) -> list:
     return [bound(f"{path}.mean", spec.mean, None, MAX_TOKENS), bound(f"{path}.p95", spec.p95, None, MAX_TOKENS)]
 
 
-def engine_problem(where: str, engine: str | None) -> str | None:
-    """``where: unknown engine ...`` unless ``engine`` is None or one the planner generates settings for."""
-    from planner.catalog import suggest
-    from planner.outputs.launch import ENGINES
-
-    if engine is None or engine in ENGINES:
-        return None
-    return f"{where}: unknown engine {engine!r} (known: {', '.join(ENGINES)}){suggest(engine, ENGINES)}"
-
-
 def check_spec(spec) -> list[str]:
     """Limit violations of a parsed :class:`planner.problem.ProblemSpec`, one line per field."""
     out: list = []
@@ -198,7 +188,6 @@ def check_spec(spec) -> list[str]:
     out.append(bound("optimize.pareto_points", o.pareto_points, None, MAX_PARETO_POINTS))
     out.append(bound("optimize.num_workers", o.num_workers, None, MAX_NUM_WORKERS))
     out.append(bound("optimize.time_limit_s", o.time_limit_s, None, MAX_TIME_LIMIT_S))
-    out.append(engine_problem("serving.engine", spec.serving.engine))
     for key in ("memory_efficiency", "compute_efficiency"):
         out.append(bound(f"serving.{key}", getattr(spec.serving, key), MIN_EFFICIENCY, 1.0))
     out.append(bound("serving.step_overhead_s", spec.serving.step_overhead_s, None, MAX_STEP_OVERHEAD_S))
