@@ -1,41 +1,48 @@
-"""Accuracy of the serving model on the reference measurements, before and after calibration.
+"""Accuracy of the serving model on the reference measurements; writes docs/accuracy.md.
 
-    python benchmarks/bench_accuracy.py [--file benchmarks/data/measurements.csv]
-        [--calibration default|PATH] [--folds 5 | --no-cv] [--refit]
+    python benchmarks/bench_accuracy.py [--out docs/accuracy.md] [--calibration default|PATH]
+        [--folds 5] [--no-cv] [--cv-json PATH] [--files CSV ...]
 
-Prints Markdown (the tables of ``docs/accuracy.md``): median absolute percentage error per
-metric family, metric, GPU and model family, with the seeds' parameters and with the
-calibration; the 10 worst rows with a likely cause; and K-fold cross-validation of the
-calibration grouped by (model, GPU): the out-of-fold median APE next to the in-fold one.
-``--refit`` fits a calibration to the file first (as ``planner calibrate`` does) instead of
-loading one. Wall time of each step goes to stderr.
+One command regenerates ``docs/accuracy.md``: it scores every measurement file of
+``benchmarks/data`` with the seeds' parameters and with the calibration, runs the
+cross-validation schemes of :mod:`planner.calibration_cv` (the (model, GPU) scheme's
+numbers come from the calibration's own ``--cv`` run when it has them; ``campaign`` and
+``gpu`` are run here, about 4 minutes per fold), and fills ``benchmarks/accuracy_template.md``
+(the prose) with the tables. ``--cv-json`` stores the cross-validation results (and reuses
+them when the file exists: delete it to rerun); ``--no-cv`` leaves those tables out. Wall
+time of each step goes to stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from planner.accuracy import add_families, load_measurements, prepare_rows, score_rows
-from planner.calibration import (FitOptions, cross_validate, fit_calibration, load_calibration,
-                                 predict_calibrated)
+from planner.accuracy import add_families, load_measurement_files, prepare_rows, score_rows
+from planner.calibration import MAX_COMPUTE_EFFICIENCY, MAX_MEMORY_EFFICIENCY, load_calibration
+from planner.calibration_fit import FitOptions
+from planner.calibration_cv import SCHEMES, central, run_folds, summarize
 from planner.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
-TARGETS = {"tpot_itl": 15.0, "ttft": 25.0, "throughput": 20.0}
+DATA = ROOT / "benchmarks" / "data"
+FILES = (DATA / "measurements.csv", DATA / "inferencex-deepseek-r1.csv")
+TEMPLATE = ROOT / "benchmarks" / "accuracy_template.md"
+#: Median APE targets (%) of the aggregated rows (mean/median statistics).
+TARGETS = {"tpot_itl": 15.0, "ttft": 25.0, "throughput": 15.0}
 FAMS = tuple(TARGETS)
-
-
-def _family(quantity: str) -> str:
-    from planner.accuracy import FAMILIES
-
-    return FAMILIES[quantity]
+#: Largest allowed cross-validation gap (points) for these families.
+GAP_TARGET = {"tpot_itl": 8.0, "throughput": 8.0}
+#: InferenceX: (GPU, engine) pairs with at least this many throughput rows must have a median
+#: predicted / measured throughput within x/÷ this factor.
+PAIR_ROWS, PAIR_FACTOR = 20, 1.2
 
 
 def model_family(model: str) -> str:
@@ -45,157 +52,300 @@ def model_family(model: str) -> str:
     return model
 
 
-def likely_cause(row) -> str:
-    """A first guess at why a row is far off (docs/accuracy.md discusses them)."""
-    over = row["prediction"] > row["value"]
-    notes = str(row.get("notes", ""))
-    if row["gpu"] == "gb200" and row["model"] == "deepseek-v3" and row["tp"] >= 12:
-        return ("GB200 DeepSeek row with tp as recorded (12-72): the MLA cache is replicated over "
-                "that TP group in the model, so KV capacity and queueing are off")
-    if "power" in notes.lower() or "330W" in notes:
-        return "A100 power-capped at 330 W"
-    if row["load_kind"] == "request_rate" and over:
-        return "open loop near capacity: the predicted backlog of the finite run is too large"
-    if row["family"] == "ttft" and row["load_kind"] == "concurrency":
-        return ("closed-loop TTFT: queueing for prefill or KV slots " + ("over-" if over else "under-")
-                + "predicted (benchmark harness, scheduler)")
-    if row["family"] == "throughput" and row["load_kind"] in ("max_throughput", "static_batch"):
-        return ("batch the engine ran is not published: KV capacity / batch cap "
-                + ("over" if over else "under") + "-estimated")
-    return "model " + ("too slow" if not over else "too fast") + " for this configuration"
+def _cell(v, fmt=".1f") -> str:
+    return "" if v is None or (isinstance(v, float) and not np.isfinite(v)) else format(v, fmt)
 
 
-def table(frame: pd.DataFrame, by: str, label: str) -> str:
-    grouped = frame.groupby([by, "family"])["ape_pct"].median().unstack("family")
-    counts = frame.groupby(by).size()
-    fams = [f for f in ("tpot_itl", "ttft", "throughput", "e2e") if f in grouped.columns]
-    lines = [f"| {label} | rows | " + " | ".join(f"{f} median APE %" for f in fams) + " |",
-             "|---|---:|" + "---:|" * len(fams)]
-    for key in grouped.index:
-        cells = ["" if pd.isna(grouped.loc[key, f]) else f"{grouped.loc[key, f]:.1f}" for f in fams]
-        lines.append(f"| {key} | {counts[key]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+def md_table(header: list[str], rows: list[list]) -> str:
+    align = ["---" if i == 0 else "---:" for i in range(len(header))]
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+                     + ["| " + " | ".join(str(c) for c in r) + " |" for r in rows])
 
 
-def family_table(seed: pd.DataFrame, cal: pd.DataFrame) -> str:
-    lines = ["| metric family | rows | target | seed median APE % | calibrated median APE % | "
-             "calibrated mean APE % |", "|---|---:|---:|---:|---:|---:|"]
-    for fam in sorted(cal["family"].unique()):
-        a, b = seed[seed["family"] == fam]["ape_pct"], cal[cal["family"] == fam]["ape_pct"]
-        target = f"<= {TARGETS[fam]:.0f}" if fam in TARGETS else ""
-        lines.append(f"| {fam} | {len(b)} | {target} | {a.median():.1f} | {b.median():.1f} | "
-                     f"{b.mean():.1f} |")
-    return "\n".join(lines)
+def summary_table(seed: pd.DataFrame, cal: pd.DataFrame) -> str:
+    """Targets table: mean/median rows per family, with TTFT p90/p99 reported apart."""
+    rows = []
+    for fam in FAMS:
+        a, b = central(seed)[central(seed)["family"] == fam], central(cal)[central(cal)["family"] == fam]
+        ok = "yes" if b["ape_pct"].median() <= TARGETS[fam] else "**no**"
+        rows.append([f"{fam} (mean/median)", len(b), f"<= {TARGETS[fam]:.0f}", _cell(a["ape_pct"].median()),
+                     f"**{b['ape_pct'].median():.1f}**", _cell(b["ape_pct"].mean()), ok])
+    for stat in ("p90", "p99"):
+        b = cal[(cal["family"] == "ttft") & (cal["statistic"] == stat)]
+        a = seed[(seed["family"] == "ttft") & (seed["statistic"] == stat)]
+        if len(b):
+            rows.append([f"ttft ({stat}, reported)", len(b), "", _cell(a["ape_pct"].median()),
+                         _cell(b["ape_pct"].median()), _cell(b["ape_pct"].mean()), ""])
+    b = cal[(cal["family"] == "tpot_itl") & (cal["statistic"] == "p99")]
+    if len(b):
+        rows.append(["tpot_itl (p99, reported)", len(b), "", "", _cell(b["ape_pct"].median()),
+                     _cell(b["ape_pct"].mean()), ""])
+    return md_table(["metric family", "rows", "target", "seed median APE %", "calibrated median APE %",
+                     "calibrated mean APE %", "target met"], rows)
+
+
+def by_file_table(cal: pd.DataFrame) -> str:
+    c = central(cal)
+    rows = []
+    for name, part in c.groupby("file"):
+        med = part.groupby("family")["ape_pct"].median()
+        rows.append([name, len(part)] + [_cell(med.get(f, np.nan)) for f in FAMS])
+    return md_table(["file", "rows (mean/median)"] + [f"{f} median APE %" for f in FAMS], rows)
+
+
+def group_table(cal: pd.DataFrame, by: str, label: str) -> str:
+    c = central(cal)
+    med = c.groupby([by, "family"])["ape_pct"].median().unstack("family")
+    counts = c.groupby(by).size()
+    return md_table([label, "rows"] + [f"{f} median APE %" for f in FAMS],
+                    [[k, counts[k]] + [_cell(med.loc[k].get(f, np.nan)) for f in FAMS] for k in med.index])
 
 
 def metric_table(seed: pd.DataFrame, cal: pd.DataFrame) -> str:
-    lines = ["| metric | rows | seed median APE % | calibrated median APE % |", "|---|---:|---:|---:|"]
+    rows = []
     for metric in sorted(cal["metric"].unique()):
         a, b = seed[seed["metric"] == metric]["ape_pct"], cal[cal["metric"] == metric]["ape_pct"]
-        lines.append(f"| {metric} | {len(b)} | {a.median():.1f} | {b.median():.1f} |")
-    return "\n".join(lines)
+        rows.append([metric, len(b), _cell(a.median()), _cell(b.median())])
+    return md_table(["metric", "rows", "seed median APE %", "calibrated median APE %"], rows)
+
+
+def inferencex_pairs(cal: pd.DataFrame) -> tuple[str, bool]:
+    """Median predicted / measured per (GPU, engine) on the InferenceX rows."""
+    ix = cal[cal["file"] == "inferencex-deepseek-r1.csv"].assign(ratio=lambda f: f["prediction"] / f["value"])
+    rows, ok_all = [], True
+    for (gpu, engine), part in ix.groupby(["gpu", "engine"]):
+        thr = part[part["family"] == "throughput"]["ratio"]
+        lat = central(part)
+        tpot = lat[lat["family"] == "tpot_itl"]["ratio"].median()
+        ttft = lat[lat["family"] == "ttft"]["ratio"].median()
+        checked = len(thr) >= PAIR_ROWS
+        ok = (1 / PAIR_FACTOR <= thr.median() <= PAIR_FACTOR) if checked else None
+        ok_all &= ok is not False
+        rows.append([gpu, engine, len(thr), _cell(thr.median(), ".3f"), _cell(tpot, ".3f"), _cell(ttft, ".3f"),
+                     {True: "yes", False: "**no**", None: "(< 20 rows)"}[ok]])
+    return md_table(["GPU", "engine", "throughput rows", "throughput pred/measured (median)",
+                     "TPOT pred/measured", "TTFT pred/measured", f"within x/÷ {PAIR_FACTOR}"], rows), ok_all
+
+
+def skipped_table(skipped: pd.DataFrame) -> str:
+    return md_table(["reason", "rows"], [[r, n] for r, n in skipped["reason"].value_counts().items()])
 
 
 def worst_table(cal: pd.DataFrame, n: int = 10) -> str:
-    lines = ["| id | metric | measured | predicted | APE % | configuration | likely cause |",
-             "|---|---|---:|---:|---:|---|---|"]
+    rows = []
     for _, r in cal.sort_values("ape_pct", ascending=False).head(n).iterrows():
-        config = (f"{r['engine']} {r['model']} {r['gpu']} tp{int(r['tp'])} {r['load_kind']} "
-                  f"{'' if pd.isna(r['load_value']) else f'{r.load_value:g}'} {r['isl']:g}/{r['osl']:g}")
-        lines.append(f"| {r['id'][:60]} | {r['metric']} | {r['value']:.4g} | {r['prediction']:.4g} | "
-                     f"{r['ape_pct']:.0f} | {config} | {likely_cause(r)} |")
-    return "\n".join(lines)
+        load = "" if pd.isna(r["load_value"]) else f"{r['load_value']:g}"
+        rows.append([r["id"][:48], r["metric"], f"{r['value']:.4g}", f"{r['prediction']:.4g}", f"{r['ape_pct']:.0f}",
+                     f"{r['engine']} {r['model']} {r['gpu']} tp{int(r['tp'])} {r['load_kind']} {load} "
+                     f"{r['isl']:g}/{r['osl']:g}"])
+    return md_table(["id", "metric", "measured", "predicted", "APE %", "configuration"], rows)
 
 
-#: Which tables of a fold's fit each row of the transfer table replaces with the full fit's.
-SWAPS = {"hardware (per GPU)": ("gpus",), "software (global, per engine and release)":
-         ("default", "engines", "releases"), "math": ("maths",), "model": ("models",)}
+def hardware_table(calibration, catalog) -> str:
+    rows = []
+    for gid in sorted(catalog.gpus.entries):
+        g = catalog.gpu(gid)
+        values = calibration.gpus.get(gid)
+        prior = calibration.gpu_priors.get(gid, {})
+        src = values or calibration.gpus.get(str(prior.get("borrowed_from")), {})
+        status = "calibrated" if values else f"uncalibrated: {prior.get('borrowed_from') or 'seed defaults'}"
+        rows.append([gid, g.vendor, g.memory_technology or "", _cell(src.get("memory_efficiency", 0.8), ".3f"),
+                     _cell(src.get("compute_efficiency", 0.6), ".3f"), status,
+                     calibration.stats.get(f"gpu:{gid}", {}).get("rows", "")])
+    return md_table(["GPU", "vendor", "memory", "eta_m", "eta_c", "status", "rows"], rows)
 
 
-def transfer_table(catalog, rows: pd.DataFrame, cv: dict, full) -> str:
-    """Out-of-fold median APE when one level of each fold's fit is replaced by the full fit's
-    values (which saw the held-out pairs): how much of the gap each level's values carry."""
-    fams = add_families(rows.reset_index(drop=True))
-    measured, fold = fams["value"].to_numpy(float), cv["fold_of"]
-    lines = ["| values taken from the full fit | " + " | ".join(f"{f} OOF median APE %" for f in FAMS) + " |",
-             "|---|" + "---:|" * len(FAMS)]
-    for label, tables in {"none (plain out-of-fold)": (), **SWAPS}.items():
-        pred = np.full(len(fams), np.nan)
-        for k, fit in enumerate(cv["fits"]):
-            test = fold == k
-            cal = replace(fit, **{t: getattr(full, t) for t in tables})
-            pred[test] = predict_calibrated(catalog, fams[test].reset_index(drop=True), cal)
-        ape = pd.Series(np.abs(pred - measured) / measured * 100.0)
-        med = ape.groupby(fams["family"]).median()
-        lines.append(f"| {label} | " + " | ".join(f"{med.get(f, np.nan):.1f}" for f in FAMS) + " |")
-    return "\n".join(lines)
+def decode_ratio_table(catalog, calibration_spec: str, calibration) -> str:
+    """Batch-1 decode speed-ups H100 -> H200 -> B200 (Llama-3.1-8B, 1,024 tokens of context)
+    with no engine, each engine and each release (done-when 2 is >= 1.2 for the engines)."""
+    from planner.calculators import eval_config
+
+    rows = []
+    for engine in [None, *sorted(set(calibration.engines) | {"vllm", "sglang", "trtllm"}), *sorted(calibration.releases)]:
+        t = {g: eval_config(catalog, model="llama-3.1-8b", gpu=g, batch=1, context=1024, calibration=calibration_spec,
+                            engine=engine)["tpot_s"] for g in ("h100-sxm", "h200-sxm", "b200")}
+        rows.append([engine or "(none)", "release" if engine and "@" in engine else "engine",
+                     f"{t['h100-sxm'] * 1e3:.2f}", f"{t['h200-sxm'] * 1e3:.2f}", f"{t['b200'] * 1e3:.2f}",
+                     f"{t['h100-sxm'] / t['h200-sxm']:.3f}", f"{t['h200-sxm'] / t['b200']:.3f}"])
+    return md_table(["engine", "level", "H100 TPOT ms", "H200 TPOT ms", "B200 TPOT ms", "H200 / H100 speed-up",
+                     "B200 / H200 speed-up"], rows)
+
+
+def at_bounds_table(calibration) -> str:
+    """Fitted values at a bound of their range: where the data pulls against the structure."""
+    from planner.calibration import LEVEL_PARAMETERS
+
+    rows = []
+    tables = {"gpu": calibration.gpus, "engine": calibration.engines, "release": calibration.releases,
+              "math": calibration.maths, "model": calibration.models, "campaign": calibration.campaigns}
+    for level, table in tables.items():
+        for key, values in sorted(table.items()):
+            for name, v in sorted(values.items()):
+                spec = LEVEL_PARAMETERS[level][name]
+                for side, bound in (("lower", spec.lower), ("upper", spec.upper)):
+                    if bound and abs(v - bound) <= 1e-3 * max(abs(bound), 1e-9) and not (side == "lower" and bound == 0):
+                        rows.append([level, key, name, f"{v:.4g}", f"{side} ({bound:g})"])
+    return md_table(["level", "group", "parameter", "value", "bound"], rows) if rows else "(none)"
+
+
+def intervals_table(calibration) -> str:
+    iv = calibration.intervals
+    if not iv:
+        return "(the calibration has no intervals: `planner calibrate ... --cv 5` stores them)"
+    levels = iv["levels"]
+    rows = []
+    for fam, scopes in sorted(iv["families"].items()):
+        for scope, q in sorted(scopes.items(), key=lambda kv: (kv[0] != "all", kv[0])):
+            f = {lv: np.exp(v) for lv, v in zip(levels, q["log_quantiles"])}
+            rows.append([fam, scope, q["n"], f"{f[0.1]:.2f}-{f[0.9]:.2f}", f"{f[0.025]:.2f}-{f[0.975]:.2f}",
+                         f"{f[0.95]:.2f}"])
+    return (f"Source of the shipped intervals: {iv.get('source', '')}.\n\n"
+            + md_table(["family", "scope", "rows", "80 % interval (x predicted)", "95 % interval",
+                        "error_quantile(q=0.95)"], rows))
+
+
+def cv_tables(results: dict) -> tuple[str, bool]:
+    rows, per_fold, ok_all = [], [], True
+    for scheme, cv in results.items():
+        for fam in FAMS:
+            s = cv["by_family"].get(fam)
+            if not s:
+                continue
+            limit = GAP_TARGET.get(fam)
+            ok = None if limit is None else s["gap_pct"] <= limit
+            ok_all &= ok is not False
+            rows.append([scheme, cv.get("folds", ""), fam, s["n"], _cell(s["in_fold_median_ape_pct"]),
+                         _cell(s["out_of_fold_median_ape_pct"]), f"{s['gap_pct']:+.1f}",
+                         {True: "yes", False: "**no**", None: ""}[ok]])
+        for f in cv.get("per_fold", []):
+            held = ", ".join(f["held_out"])
+            per_fold.append([scheme, f["fold"], held if len(held) < 160 else held[:157] + "...",
+                             ", ".join(f"{k} {v:.1f}" for k, v in f["out_of_fold_median_ape_pct"].items()
+                                       if k in FAMS)])
+    return (md_table(["scheme", "folds", "family", "rows", "in-fold median APE %", "out-of-fold median APE %",
+                      "gap (points)", "gap <= 8?"], rows) + "\n\nPer fold:\n\n"
+            + md_table(["scheme", "fold", "held out", "out-of-fold median APE %"], per_fold)), ok_all
+
+
+#: Folds per scheme (None: ``--folds``; 99 would give one group per fold).
+SCHEME_FOLDS = {"model_gpu": None, "campaign": None, "gpu": None}
+
+
+def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(SCHEMES), only=None) -> dict:
+    """Cross-validation results per scheme: from the ``caches`` (JSON files of this script:
+    whole results, or fold parts that together cover a scheme), the (model, GPU) scheme from
+    the calibration's own ``--cv`` run, the others run here (and stored in ``caches[0]``)."""
+    results, parts = {}, {}
+    for cache in caches:
+        if cache and Path(cache).is_file():
+            for key, value in json.loads(Path(cache).read_text()).items():
+                if ":part" in key:
+                    parts.setdefault(key.split(":")[0], []).append(value)
+                else:
+                    results[key] = value
+    for scheme, scheme_parts in parts.items():
+        if scheme not in results:
+            try:
+                results[scheme] = {k: v for k, v in summarize(rows, scheme_parts).items() if k != "predictions"}
+            except ValueError:  # not every fold run yet
+                pass
+    stored = (calibration.provenance.get("fitted", {}).get("cross_validation") or {}) if calibration else {}
+    if "by_family" in stored:  # `planner calibrate --cv K`: the (model, GPU) scheme
+        stored = {"model_gpu": stored}
+    for scheme in schemes:
+        if scheme in results:
+            continue
+        if scheme in stored:
+            results[scheme] = {**stored[scheme], "scheme": scheme, "per_fold": stored[scheme].get("per_fold", [])}
+            continue
+        t = time.perf_counter()
+        part = run_folds(catalog, rows, SCHEME_FOLDS[scheme] or folds, FitOptions(), scheme=scheme, only=only)
+        print(f"cross-validation {scheme}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        if caches and caches[0]:
+            stored_doc = json.loads(Path(caches[0]).read_text()) if Path(caches[0]).is_file() else {}
+            if only is None:
+                stored_doc[scheme] = {k: v for k, v in summarize(rows, [part]).items() if k != "predictions"}
+            else:
+                stored_doc[f"{scheme}:part:{','.join(map(str, only))}"] = part
+            Path(caches[0]).write_text(json.dumps(stored_doc, indent=1, sort_keys=True))
+        if only is None:
+            results[scheme] = {k: v for k, v in summarize(rows, [part]).items() if k != "predictions"}
+    return {s: results[s] for s in SCHEMES if s in results}
+
+
+def fill(template: str, parts: dict) -> str:
+    """``{{name}}`` placeholders of the template replaced by the generated parts."""
+    missing = sorted(set(re.findall(r"\{\{(\w+)\}\}", template)) - set(parts))
+    if missing:
+        raise KeyError(f"template placeholders without a part: {missing}")
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: str(parts[m.group(1)]).strip(), template)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--file", default=str(ROOT / "benchmarks" / "data" / "measurements.csv"))
+    ap.add_argument("--files", nargs="+", default=[str(f) for f in FILES])
     ap.add_argument("--calibration", default="default")
     ap.add_argument("--folds", type=int, default=5)
     ap.add_argument("--no-cv", action="store_true")
-    ap.add_argument("--refit", action="store_true")
+    ap.add_argument("--cv-json", type=Path, nargs="+", default=[],
+                    help="store (the first) / reuse (all) cross-validation results here")
+    ap.add_argument("--schemes", nargs="+", choices=list(SCHEMES), default=list(SCHEMES),
+                    help="cross-validation schemes of the document (default: all)")
+    ap.add_argument("--only-folds", help="with --cv-only: run these folds (e.g. 0,2,4) and store the part")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "accuracy.md")
+    ap.add_argument("--cv-only", nargs="+", choices=list(SCHEMES), metavar="SCHEME",
+                    help="only run these cross-validation schemes into --cv-json (no document)")
     args = ap.parse_args()
+    np.seterr(all="ignore")
 
     catalog = load_catalog()
-    measurements = load_measurements(args.file)
-    t0 = time.perf_counter()
-    if args.refit:
+    measurements = load_measurement_files(args.files)
+    if args.cv_only:
         rows, _ = prepare_rows(measurements, catalog)
-        calibration = fit_calibration(catalog, rows)
-        print(f"fit: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    else:
-        calibration = load_calibration(args.calibration)
+        only = [int(k) for k in args.only_folds.split(",")] if args.only_folds else None
+        run_cv(catalog, add_families(rows), None, args.folds, args.cv_json, args.cv_only, only)
+        return
+    source = pd.Series(np.repeat([Path(f).name for f in args.files],
+                                 [len(load_measurement_files([f])) for f in args.files]), dtype=object)
+    file_of = dict(zip(measurements["id"], source))
+    calibration = load_calibration(args.calibration)
     t1 = time.perf_counter()
     seed, skipped = score_rows(catalog, measurements, None)
-    cal, _ = score_rows(catalog, measurements, calibration)
+    cal, skipped_cal = score_rows(catalog, measurements, calibration)
     print(f"accuracy (seed + calibrated): {time.perf_counter() - t1:.1f} s", file=sys.stderr)
     for frame in (seed, cal):
         frame["model_family"] = frame["model"].map(model_family)
-
-    print(f"## Accuracy on `{Path(args.file).name}` ({len(measurements)} rows, {len(cal)} predicted)\n")
-    print(family_table(seed, cal) + "\n")
-    print("### Per metric\n\n" + metric_table(seed, cal) + "\n")
-    print("### Per GPU (calibrated)\n\n" + table(cal, "gpu", "GPU") + "\n")
-    print("### Per model family (calibrated)\n\n" + table(cal, "model_family", "model family") + "\n")
-    print("### Per engine (calibrated)\n\n" + table(cal, "engine", "engine") + "\n")
-    print("### Skipped rows\n\n| reason | rows |\n|---|---:|")
-    for reason, count in skipped["reason"].value_counts().items():
-        print(f"| {reason} | {count} |")
-    print("\n### The 10 worst rows (calibrated)\n\n" + worst_table(cal) + "\n")
-
-    if not args.no_cv:
-        t2 = time.perf_counter()
+        frame["file"] = frame["id"].map(file_of)
+    pairs, pairs_ok = inferencex_pairs(cal)
+    parts = {
+        "files": ", ".join(f"`{Path(f).name}` ({n:,} rows)" for f, n in
+                           zip(args.files, [len(load_measurement_files([f])) for f in args.files])),
+        "rows": f"{len(measurements):,}", "predicted": f"{len(cal):,}",
+        "central": f"{len(central(cal)):,}",
+        "summary": summary_table(seed, cal), "by_file": by_file_table(cal),
+        "inferencex_pairs": pairs, "inferencex_ok": "hold" if pairs_ok else "do **not** all hold",
+        "per_metric": metric_table(seed, cal), "per_gpu": group_table(cal, "gpu", "GPU"),
+        "per_engine": group_table(cal, "engine", "engine"),
+        "per_model": group_table(cal, "model_family", "model family"),
+        "skipped": skipped_table(skipped_cal), "worst": worst_table(cal),
+        "hardware": hardware_table(calibration, catalog), "intervals": intervals_table(calibration),
+        "decode_ratios": decode_ratio_table(catalog, args.calibration, calibration),
+        "at_bounds": at_bounds_table(calibration),
+        "bound_memory": MAX_MEMORY_EFFICIENCY, "bound_compute": MAX_COMPUTE_EFFICIENCY,
+        "calibration_source": calibration.provenance.get("fitted", {}).get("command", ""),
+    }
+    if args.no_cv:
+        parts["cross_validation"], parts["cv_ok"] = "(not run: `--no-cv`)", "were not run"
+    else:
         rows, _ = prepare_rows(measurements, catalog)
-        cv = cross_validate(catalog, rows, args.folds, FitOptions(), keep_fits=True)
-        print(f"cross-validation: {time.perf_counter() - t2:.1f} s", file=sys.stderr)
-        print(f"### {args.folds}-fold cross-validation grouped by (model, GPU)\n")
-        print("| metric family | rows | in-fold median APE % | out-of-fold median APE % | gap (points) |")
-        print("|---|---:|---:|---:|---:|")
-        for fam, s in cv["by_family"].items():
-            print(f"| {fam} | {s['n']} | {s['in_fold_median_ape_pct']:.1f} | "
-                  f"{s['out_of_fold_median_ape_pct']:.1f} | {s['gap_pct']:+.1f} |")
-        oof = rows.assign(oof=rows["id"].map(cv["predictions"]))
-        oof["lr"] = np.log(oof["oof"] / oof["value"])
-        oof = oof[np.isfinite(oof["lr"])]
-        key = oof["model"] + "|" + oof["gpu"] + "|" + oof["engine"]
-        centred = oof["lr"] - oof.groupby(key)["lr"].transform("median")
-        print("\nOut-of-fold median APE % after removing each (model, GPU, engine) median offset "
-              "(what a single measurement per new pair would fix): "
-              + ", ".join(f"{fam} {np.median(np.abs(np.expm1(centred[fams == fam]))) * 100:.1f}"
-                          for fams in [oof["quantity"].map(_family)] for fam in sorted(fams.unique())))
-        print("\nWhere the gap sits: each fold's fit predicts its held-out rows with one level's values "
-              "replaced by the full fit's (which saw those pairs)\n")
-        print(transfer_table(catalog, rows, cv, calibration))
-        print("\n| fold | held-out (model, GPU) pairs | out-of-fold median APE % per family |")
-        print("|---:|---|---|")
-        for f in cv["per_fold"]:
-            oof = ", ".join(f"{k} {v:.1f}" for k, v in f["out_of_fold_median_ape_pct"].items())
-            print(f"| {f['fold']} | {', '.join(f['held_out'])} | {oof} |")
-    np.seterr(all="ignore")
+        results = run_cv(catalog, add_families(rows), calibration, args.folds, args.cv_json, args.schemes)
+        table, ok = cv_tables(results)
+        parts["cross_validation"], parts["cv_ok"] = table, "hold" if ok else "do **not** all hold"
+    text = fill(TEMPLATE.read_text(), parts)
+    from planner.atomic import atomic_write_text
+
+    atomic_write_text(args.out, text)
+    print(f"wrote {args.out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,22 +1,47 @@
-"""A large planning problem solved to proven optimality, with its p95 TPOT front.
+"""A large planning problem solved to proven optimality, with its cost-vs-latency fronts.
 
-    python benchmarks/bench_large_problem.py [--points 8] [--per-gpu-fronts]
+    python benchmarks/bench_large_problem.py [--points 8] [--fronts mixed]    # in-process breakdown
+    python benchmarks/bench_large_problem.py --cli [--reps 3]                 # whole `planner solve --json`
+    python benchmarks/bench_large_problem.py --write-yaml PATH                # the problem file
 
 Every catalog GPU (with a compute figure and a price), three models (llama-3.1-8b,
-llama-3.1-70b, mixtral-8x7b) and six workloads, default search space otherwise. Prints
-candidate counts, the solver status, gap and time of the optimum, and the time of the
-mixed cost-vs-TPOT front (and, with --per-gpu-fronts, of every per-GPU-type front).
+llama-3.1-70b, mixtral-8x7b) and six workloads, default search space otherwise.
+
+The in-process mode prints candidate counts, the solver status, gap and time of the
+optimum, and the time and points of the fronts (``--fronts``: mixed, used or all; the
+TPOT metric only unless ``--both-metrics``).
+
+``--cli`` times the default ``planner solve PROBLEM.yaml --json`` (documented default
+fronts, default top-k) as a whole process, interleaved with aiconfigurator 0.12's
+one-GPU-type search on its default scenario (Qwen3-32B, 8x H100, ISL 4000 / OSL 500,
+TTFT 2 s, TPOT 30 ms) when ``benchmarks/vs_aiconfigurator/.venv`` holds it
+(``bash benchmarks/vs_aiconfigurator/run.sh --quick`` installs it); it prints the median
+wall times, their ratio and the load average (the machine is shared: compare ratios from
+one run, not wall times across runs).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from planner.catalog import load_catalog
 from planner.pareto import pareto_fronts
 from planner.pipeline import plan
 from planner.problem import ProblemSpec, resolve_problem
+
+HERE = Path(__file__).resolve().parent
+AIC_BIN = HERE / "vs_aiconfigurator" / ".venv" / "bin" / "aiconfigurator"
+#: aiconfigurator's own `cli default` scenario (one GPU type).
+AIC_ARGS = ["cli", "default", "--model", "Qwen/Qwen3-32B", "--total-gpus", "8", "--system", "h100_sxm",
+            "--isl", "4000", "--osl", "500", "--ttft", "2000", "--tpot", "30", "--no-color"]
 
 WORKLOADS = [
     ("chat-8b", "llama-3.1-8b", 60, {"mean": 700, "p95": 2000}, {"mean": 250, "p95": 700}, 0.5, 0.03),
@@ -28,20 +53,78 @@ WORKLOADS = [
 ]
 
 
-def spec(points: int) -> ProblemSpec:
-    return ProblemSpec.model_validate({
+def spec_dict(points: int | None = None) -> dict:
+    out = {
         "name": "bench-large",
         "workloads": [{"name": n, "model": m, "rate_per_s": r, "prompt_tokens": p, "output_tokens": o,
                        "slo": {"ttft_p95_s": ttft, "tpot_p95_s": tpot}} for n, m, r, p, o, ttft, tpot in WORKLOADS],
-        "optimize": {"pareto_points": points},
-    })
+    }
+    if points is not None:
+        out["optimize"] = {"pareto_points": points}
+    return out
+
+
+def spec(points: int) -> ProblemSpec:
+    return ProblemSpec.model_validate(spec_dict(points))
+
+
+def _timed(cmd: list[str]) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.exit(f"{cmd[0]} failed (exit {proc.returncode}): {proc.stderr[-500:]}")
+    return wall
+
+
+def cli_mode(reps: int) -> None:
+    """Whole-process default solve vs aiconfigurator's one-GPU-type search, interleaved."""
+    import yaml
+
+    planner_bin = str(Path(sys.executable).parent / "planner")
+    with tempfile.TemporaryDirectory() as tmp:
+        problem = Path(tmp) / "bench-large.yaml"
+        problem.write_text(yaml.safe_dump(spec_dict()))
+        ours_cmd = [planner_bin, "solve", str(problem), "--json"]
+        aic_cmd = [str(AIC_BIN), *AIC_ARGS, "--save-dir", str(Path(tmp) / "aic")] if AIC_BIN.exists() else None
+        load_start = os.getloadavg()
+        ours, aic = [], []
+        for _ in range(reps):
+            if aic_cmd:
+                aic.append(_timed(aic_cmd))
+            ours.append(_timed(ours_cmd))
+        doc = json.loads(subprocess.run(ours_cmd, capture_output=True, text=True).stdout)
+        load_end = os.getloadavg()
+    fronts = sorted({p["front"] for p in doc["pareto"]})
+    print(f"planner solve --json (default fronts: {len(doc['pareto'])} points, fronts {', '.join(fronts)}): "
+          f"median {statistics.median(ours):.1f} s of {[round(x, 1) for x in ours]}; timings {doc['timings_s']}")
+    if aic:
+        ratio = statistics.median(ours) / statistics.median(aic)
+        print(f"aiconfigurator cli default (one GPU type): median {statistics.median(aic):.1f} s of "
+              f"{[round(x, 1) for x in aic]}")
+        print(f"ratio planner / aiconfigurator: {ratio:.2f} (target <= 0.5)")
+    else:
+        print(f"aiconfigurator not installed at {AIC_BIN}: no paired timing")
+    print(f"load average at start {load_start[0]:.2f}, at end {load_end[0]:.2f} on {os.cpu_count()} CPUs")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=8)
-    ap.add_argument("--per-gpu-fronts", action="store_true")
+    ap.add_argument("--fronts", choices=["mixed", "used", "all"], default="mixed")
+    ap.add_argument("--both-metrics", action="store_true")
+    ap.add_argument("--cli", action="store_true", help="time the whole default `planner solve --json`")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--write-yaml", type=Path, help="write the problem file (default options) and exit")
     args = ap.parse_args()
+    if args.write_yaml:
+        import yaml
+
+        args.write_yaml.write_text(yaml.safe_dump(spec_dict()))
+        return
+    if args.cli:
+        cli_mode(args.reps)
+        return
     catalog = load_catalog()
     problem = resolve_problem(spec(args.points), "bench-large.yaml", catalog)
     t0 = time.perf_counter()
@@ -56,15 +139,18 @@ def main() -> None:
           f"search {result.timings_s['search']:.2f} s + solve {result.timings_s['solve']:.2f} s = {t_opt:.2f} s")
     from planner.pipeline import solver_options
 
+    metrics = ("tpot_p95_s", "ttft_p95_s") if args.both_metrics else ("tpot_p95_s",)
     t1 = time.perf_counter()
     fronts = pareto_fronts(problem, result.candidates, solver_options(problem), points=args.points,
-                           metrics=("tpot_p95_s",), per_gpu=args.per_gpu_fronts)
+                           metrics=metrics, fronts=args.fronts, used_gpus=sorted(result.best.gpus_by_type),
+                           optimum=result.best)
     t_front = time.perf_counter() - t1
     mixed = fronts[fronts["front"] == "mixed"]
-    print(f"TPOT front: {len(mixed)} points, statuses {sorted(set(mixed['status']))}, {t_front:.2f} s")
+    print(f"fronts ({args.fronts}): {len(fronts)} points, {len(mixed)} mixed, statuses "
+          f"{sorted(set(fronts['status']))}, {t_front:.2f} s")
     for row in mixed.itertuples():
-        print(f"   tpot_p95 <= {row.target_s * 1e3:7.2f} ms: ${row.usd_per_hour:9.2f}/h  {row.gpus:4d} GPUs")
-    print(f"total (optimum + TPOT front): {t_opt + t_front:.2f} s")
+        print(f"   {row.metric} <= {row.target_s * 1e3:9.2f} ms: ${row.usd_per_hour:9.2f}/h  {row.gpus:4d} GPUs")
+    print(f"total (optimum + fronts): {t_opt + t_front:.2f} s; load average {os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

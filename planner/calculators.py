@@ -128,7 +128,15 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
         result.update(eval_under_load(arrays.replace(batch=float(batch)), result, rate_per_s=rate_per_s,
                                       slo_ttft_p95_s=slo_ttft_p95_s, slo_tpot_p95_s=slo_tpot_p95_s,
                                       params=params))
+    result.update(parameters.gpu_status(cal, g.id))
+    result["intervals"] = parameters.prediction_intervals(
+        cal, {k: result.get(k) for k in INTERVAL_QUANTITIES if k in result}, g.id, engine)
     return result
+
+
+#: ``planner eval`` quantities that get 80 % / 95 % prediction intervals (docs/accuracy.md).
+INTERVAL_QUANTITIES = ("ttft_s", "tpot_s", "throughput_tokens_per_s", "ttft_p95_s", "tpot_p95_s",
+                       "max_rate_per_s")
 
 
 def knee(catalog: Catalog, *, model: str, context: float, quant: str = "bf16",

@@ -4,7 +4,7 @@ A calibration is factorized: hardware parameters per GPU (:data:`GPU_PARAMETERS`
 and compute efficiency, all-reduce latency), software parameters per serving engine
 (:data:`ENGINE_PARAMETERS`: step and request overheads, a kernel-efficiency factor), and
 optional per-model adjustments (:data:`MODEL_PARAMETERS`). Each falls back to the global
-fit (``default``) where the data had no group. :func:`fit_calibration` fits them to
+fit (``default``) where the data had no group. :func:`planner.calibration_fit.fit_calibration` fits them to
 published measurements; the shipped result is ``catalogs/calibration.yaml``;
 ``load_calibration('none')`` returns None (the seeds' values).
 """
@@ -12,8 +12,7 @@ published measurements; the shipped result is ``catalogs/calibration.yaml``;
 from __future__ import annotations
 
 import hashlib
-import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,12 +22,26 @@ from planner.catalog import DEFAULT_CATALOG_DIR
 from planner.schema import PlanningInputError
 from planner.serving.params import ServingParams
 
-log = logging.getLogger(__name__)
 
 #: The calibration shipped with the planner.
 DEFAULT_CALIBRATION_PATH = DEFAULT_CATALOG_DIR / "calibration.yaml"
 #: Levels of a calibration, in fitting order after the global fit.
-LEVELS = ("gpu", "engine", "release", "math", "model")
+LEVELS = ("gpu", "engine", "release", "campaign", "math", "model")
+#: Hardware bound of the achievable fraction of datasheet memory bandwidth: stream-type
+#: kernels (copy, triad, decode GEMV) reach 85-92 % of the HBM datasheet figure on A100,
+#: H100, H200, B200 and MI300X in published microbenchmarks. No composed memory efficiency
+#: (GPU x engine x release x model) exceeds it.
+MAX_MEMORY_EFFICIENCY = 0.92
+#: Hardware bound of the achievable fraction of dense tensor FLOPS (large GEMMs at the
+#: rated clock reach 70-85 % of the datasheet dense peak). No composed compute efficiency,
+#: prefill included (GPU x engine x release x math x model x prefill factors), exceeds it.
+MAX_COMPUTE_EFFICIENCY = 0.85
+#: Range of every software factor (engine, release, math, model): multiplicative, prior 1.
+FACTOR_BOUNDS = (0.5, 2.0)
+#: Range of the per-model step-overhead factor: the fixed work of one engine step (kernel
+#: launches, MoE routing and dispatch, sampling) differs more between a 32-layer dense model
+#: and a 61-layer MLA + 256-expert model than kernel efficiencies do.
+STEP_FACTOR_BOUNDS = (0.25, 4.0)
 
 
 @dataclass(frozen=True)
@@ -45,7 +58,8 @@ class ParamSpec:
     step: float = 0.25
     neutral: float | None = None
     description: str = ""
-    #: Distinct partners a group needs for this parameter (None: ``FitOptions.min_other``).
+    #: Distinct partners a group needs for this parameter (None:
+    #: ``planner.calibration_fit.FitOptions.min_other``).
     min_other: int | None = None
 
     def to_u(self, x):
@@ -57,14 +71,19 @@ class ParamSpec:
         return np.clip(x, self.lower, self.upper)
 
 
-#: Hardware: fitted per GPU.
+#: Hardware: fitted per GPU. A GPU measured on one model only gets values of its own
+#: (``min_other=1``): the model's own factor needs two GPUs (:data:`MODEL_PARAMETERS`), so it
+#: is pinned by the model's other GPUs, and the GPU keeps what the model does not explain
+#: (without this, GPUs measured on one model -- every AMD GPU, B300 -- fell back to the
+#: global fit of the other GPUs).
 GPU_PARAMETERS: dict[str, ParamSpec] = {
-    "memory_efficiency": ParamSpec(0.2, 1.0, log=True, step=0.2,
+    "memory_efficiency": ParamSpec(0.2, MAX_MEMORY_EFFICIENCY, log=True, step=0.2, min_other=1,
                                    description="eta_m: achieved fraction of peak memory bandwidth"),
-    "compute_efficiency": ParamSpec(0.1, 1.0, log=True, step=0.2,
+    "compute_efficiency": ParamSpec(0.1, MAX_COMPUTE_EFFICIENCY, log=True, step=0.2, min_other=1,
                                     description="eta_c: achieved fraction of dense peak FLOP/s"),
     "allreduce_latency_nvlink_s": ParamSpec(
-        1e-6, 2e-4, scale=1e-5, step=1.0, description="tau: fixed latency of one TP all-reduce over NVLink"),
+        1e-6, 2e-4, scale=1e-5, step=1.0, min_other=1,
+        description="tau: fixed latency of one TP all-reduce over NVLink"),
 }
 #: Software: fitted per serving engine. ``first_wave_weight`` describes the benchmark
 #: harness (used by ``planner accuracy`` only, see :class:`planner.accuracy.Harness`).
@@ -74,11 +93,11 @@ ENGINE_PARAMETERS: dict[str, ParamSpec] = {
     "request_overhead_s": ParamSpec(0.0, 1.0, scale=1e-2, step=2.0,
                                     description="fixed TTFT latency outside the GPU steps (server, "
                                                 "tokenizer, scheduling, streaming)"),
-    "memory_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
+    "memory_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0,
                                description="multiplies memory efficiency (decode kernels)"),
-    "compute_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
+    "compute_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0,
                                 description="multiplies compute efficiency (GEMM and attention kernels)"),
-    "prefill_compute_factor": ParamSpec(0.1, 3.0, log=True, step=0.2, neutral=1.0,
+    "prefill_compute_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0,
                                         description="prefill math runs at compute efficiency times this"),
     "first_wave_weight": ParamSpec(0.0, 1.0, scale=0.1, step=1.0,
                                    description="closed-loop benchmarks: share of requests that behave "
@@ -87,7 +106,7 @@ ENGINE_PARAMETERS: dict[str, ParamSpec] = {
 #: Per tensor-core math (bf16, fp8, fp4, int8, weight-only): kernels reach a different
 #: fraction of each unit's peak (applied when the caller passes the math modes).
 MATH_PARAMETERS: dict[str, ParamSpec] = {
-    "compute_factor": ParamSpec(0.2, 3.0, log=True, step=0.2, neutral=1.0,
+    "compute_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0,
                                 description="multiplies compute efficiency for this math"),
 }
 #: Per-model adjustments (applied when the caller passes model ids). The efficiency factor
@@ -96,14 +115,28 @@ MATH_PARAMETERS: dict[str, ParamSpec] = {
 #: on every model) already pins on one GPU, so groups of one GPU get it (``min_other=1``): out
 #: of fold this lowered every family's error (docs/accuracy.md).
 MODEL_PARAMETERS: dict[str, ParamSpec] = {
-    "efficiency_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0,
+    "efficiency_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0,
                                    description="multiplies memory and compute efficiency"),
-    "prefill_factor": ParamSpec(0.3, 3.0, log=True, step=0.2, neutral=1.0, min_other=1,
+    "prefill_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0, min_other=1,
                                 description="multiplies the prefill compute factor (the model's prefill "
                                             "path: MoE grouped GEMMs and routing, MLA attention)"),
+    "step_overhead_factor": ParamSpec(*STEP_FACTOR_BOUNDS, log=True, step=0.3, neutral=1.0,
+                                      description="multiplies the engine's step overhead (kernels and "
+                                                  "launches per step grow with depth, MoE routing, MLA)"),
+}
+#: The benchmark harness of one campaign (source family x engine release x GPU vendor, the ``campaign``
+#: column of :func:`planner.accuracy.prepare_rows`): how its client drove the engine. Fitted
+#: per campaign (prior: the release's or engine's value, groups of one (model, GPU) pair),
+#: applied to that campaign's rows only; the planner, which serves no benchmark campaign,
+#: uses the engine's values. Without it each campaign's TTFT offset landed in the engine's
+#: request overhead (SGLang 0.19-0.21 s from the AIC runs against ~0.1 s TTFT measured by
+#: InferenceX at low load).
+CAMPAIGN_PARAMETERS: dict[str, ParamSpec] = {
+    "request_overhead_s": replace(ENGINE_PARAMETERS["request_overhead_s"], min_other=1),
+    "first_wave_weight": replace(ENGINE_PARAMETERS["first_wave_weight"], min_other=1),
 }
 LEVEL_PARAMETERS = {"gpu": GPU_PARAMETERS, "engine": ENGINE_PARAMETERS, "release": ENGINE_PARAMETERS,
-                    "math": MATH_PARAMETERS, "model": MODEL_PARAMETERS}
+                    "campaign": CAMPAIGN_PARAMETERS, "math": MATH_PARAMETERS, "model": MODEL_PARAMETERS}
 #: Parameters of the global fit (the engine's efficiency factor is 1 there by definition).
 DEFAULT_PARAMETERS = {**GPU_PARAMETERS, **{k: v for k, v in ENGINE_PARAMETERS.items() if v.neutral is None}}
 HARNESS_FIELDS = ("first_wave_weight",)
@@ -113,25 +146,39 @@ def compose(base: ServingParams, values: dict):
     """(ServingParams, harness dict) from per-row level values.
 
     ``values`` maps ``gpu.<name>``, ``engine.<name>``, ``model.<name>`` to arrays (or
-    scalars). Efficiencies are eta_gpu * f_engine * f_model (at most 1; the engine has a
-    memory and a compute factor); the prefill factor is the engine's times the model's; the
-    request overhead is the engine's.
+    scalars). Efficiencies are eta_gpu * f_engine * f_model (* f_math for compute), clipped
+    at the hardware bounds :data:`MAX_MEMORY_EFFICIENCY` and :data:`MAX_COMPUTE_EFFICIENCY`;
+    the prefill factor is the engine's times the model's, clipped so that the prefill
+    efficiency (compute efficiency * prefill factor) stays within the compute bound too;
+    the step overhead is the engine's times the model's step-overhead factor; the request
+    overhead is the campaign's (accuracy rows only) or the engine's.
     """
     f = np.asarray(values.get("model.efficiency_factor", 1.0))
+    compute = np.minimum(values["gpu.compute_efficiency"] * f
+                         * np.asarray(values.get("engine.compute_factor", 1.0))
+                         * np.asarray(values.get("math.compute_factor", 1.0)), MAX_COMPUTE_EFFICIENCY)
+    prefill = (np.asarray(values.get("engine.prefill_compute_factor", 1.0))
+               * np.asarray(values.get("model.prefill_factor", 1.0)))
     serving = {
         "memory_efficiency": np.minimum(values["gpu.memory_efficiency"] * f
-                                        * np.asarray(values.get("engine.memory_factor", 1.0)), 1.0),
-        "compute_efficiency": np.minimum(values["gpu.compute_efficiency"] * f
-                                         * np.asarray(values.get("engine.compute_factor", 1.0))
-                                         * np.asarray(values.get("math.compute_factor", 1.0)), 1.0),
+                                        * np.asarray(values.get("engine.memory_factor", 1.0)),
+                                        MAX_MEMORY_EFFICIENCY),
+        "compute_efficiency": compute,
         "allreduce_latency_nvlink_s": values["gpu.allreduce_latency_nvlink_s"],
-        "step_overhead_s": values["engine.step_overhead_s"],
-        "prefill_compute_factor": np.asarray(values.get("engine.prefill_compute_factor", 1.0))
-        * np.asarray(values.get("model.prefill_factor", 1.0)),
-        "request_overhead_s": values["engine.request_overhead_s"],
+        "step_overhead_s": np.asarray(values["engine.step_overhead_s"], dtype=float)
+        * np.asarray(values.get("model.step_overhead_factor", 1.0), dtype=float),
+        "prefill_compute_factor": np.minimum(prefill, MAX_COMPUTE_EFFICIENCY / compute),
+        "request_overhead_s": _campaign_or(values, "request_overhead_s"),
     }
-    harness = {h: values[f"engine.{h}"] for h in HARNESS_FIELDS if f"engine.{h}" in values}
+    harness = {h: _campaign_or(values, h) for h in HARNESS_FIELDS if f"engine.{h}" in values}
     return base.with_overrides(**{k: np.asarray(v, dtype=float) for k, v in serving.items()}), harness
+
+
+def _campaign_or(values: dict, name: str):
+    """The campaign's value where it has one, else the engine's."""
+    engine = np.asarray(values[f"engine.{name}"], dtype=float)
+    campaign = values.get(f"campaign.{name}")
+    return engine if campaign is None else np.where(np.isnan(campaign), engine, campaign)
 
 
 @dataclass(frozen=True)
@@ -149,9 +196,16 @@ class Calibration:
     releases: dict = field(default_factory=dict)
     maths: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
+    #: Benchmark campaigns' harness values (:data:`CAMPAIGN_PARAMETERS`; accuracy only).
+    campaigns: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
     provenance: dict = field(default_factory=dict)
     path: str | None = None
+    #: GPU without values of its own -> ``{"borrowed_from": measured GPU id or None, "reason"}``
+    #: (:func:`gpu_priors`); such a GPU is "uncalibrated" in every output.
+    gpu_priors: dict = field(default_factory=dict)
+    #: Prediction intervals from out-of-fold errors (:mod:`planner.calibration_intervals`).
+    intervals: dict = field(default_factory=dict)
 
     @property
     def parameters(self) -> list[str]:
@@ -163,9 +217,11 @@ class Calibration:
         """``{"<level>.<name>": per-row array}`` for ``keys`` (ids of the level, None allowed).
 
         Engine keys may name a release (``trtllm@1.2``): release values, then the engine's,
-        then the global fit.
+        then the global fit. GPU keys: the GPU's values, then those of the measured GPU it
+        borrows from (:attr:`gpu_priors`), then the global fit (``fallback="global"``) or NaN.
         """
-        table = {"gpu": self.gpus, "engine": self.engines, "math": self.maths, "model": self.models}[level]
+        table = {"gpu": self.gpus, "engine": self.engines, "math": self.maths, "model": self.models,
+                 "campaign": self.campaigns}[level]
         codes, uniques = pd.factorize(np.asarray(keys, dtype=object).reshape(-1))  # None/NaN -> -1
         uniques = [str(k) for k in uniques] + [""]
         codes = np.where(codes < 0, len(uniques) - 1, codes)
@@ -173,20 +229,26 @@ class Calibration:
         for name, spec in LEVEL_PARAMETERS[level].items():
             if spec.neutral is not None:
                 default = spec.neutral
+            elif level == "campaign":  # no value of its own: the engine's (see compose)
+                default = np.nan
             elif fallback == "global":
                 default = self.default.get(name, np.nan)
             else:
                 default = np.nan
             per_key = []
             for k in uniques:
-                chain = [self.releases.get(k, {}), table.get(k.split("@")[0], {})] if level == "engine" \
-                    else [table.get(k, {})]
+                if level == "engine":
+                    chain = [self.releases.get(k, {}), table.get(k.split("@")[0], {})]
+                elif level == "gpu":
+                    chain = [table.get(k, {}), table.get(str(self.gpu_priors.get(k, {}).get("borrowed_from")), {})]
+                else:
+                    chain = [table.get(k, {})]
                 per_key.append(next((c[name] for c in chain if name in c), default))
             out[f"{level}.{name}"] = np.asarray(per_key, dtype=float)[codes] if codes.size else np.zeros(0)
         return out
 
-    def params_for(self, base: ServingParams, gpu_ids, engine=None, fallback: str = "global",
-                   model_ids=None, math_modes=None) -> ServingParams:
+    def params_for(self, base: ServingParams, gpu_ids, engine=None, fallback: str = "prior",
+                   model_ids=None, math_modes=None, campaigns=None) -> ServingParams:
         """``base`` with the calibrated fields replaced by arrays aligned with ``gpu_ids``.
 
         Parameters
@@ -199,27 +261,39 @@ class Calibration:
             Serving engine (``vllm``, ``sglang``, ``trtllm``, ...) or engine release
             (``trtllm@1.2``), one for all rows or one per row; None (or an engine without its
             own values) uses the global fit's software values.
-        fallback : {"global", "base"}
-            What a GPU without its own values gets: the global fit (default: every GPU of a
-            comparison then carries the same software overheads) or ``base``'s values.
+        fallback : {"prior", "global", "base"}
+            What a GPU without its own values gets for its hardware values: ``prior``
+            (default) those of the measured GPU of its vendor and memory technology it borrows
+            from (:attr:`gpu_priors`), else ``base``'s (never other vendors' average);
+            ``global`` the global fit; ``base`` ``base``'s values.
         model_ids : array-like of str, optional
             Catalog model id per row: applies the per-model adjustments too.
         math_modes : array-like of str, optional
             Tensor-core math per row (:meth:`planner.catalog.Catalog.math_modes`: bf16, fp8, fp4,
             int8 or weight-only): applies the per-math compute factors too.
+        campaigns : array-like of str, optional
+            Benchmark campaign per row (accuracy against measurements only): its harness
+            values (request overhead) where the calibration has them.
 
         Returns
         -------
         ServingParams whose calibrated fields are float arrays of ``len(gpu_ids)``.
         """
         gpus = np.asarray(gpu_ids, dtype=object).reshape(-1)
-        values = self.level_values("gpu", gpus, fallback)
+        values = self.level_values("gpu", gpus, "global" if fallback == "global" else "none")
+        for n in GPU_PARAMETERS:  # no value of its own nor borrowed: the base values
+            missing = np.isnan(values[f"gpu.{n}"])
+            if missing.any():
+                fill = np.broadcast_to(np.asarray(getattr(base, n), float), missing.shape)
+                values[f"gpu.{n}"] = np.where(missing, np.minimum(fill, GPU_PARAMETERS[n].upper), values[f"gpu.{n}"])
         engines = np.broadcast_to(np.asarray(engine, dtype=object), gpus.shape)
         values.update(self.level_values("engine", engines))
         if model_ids is not None:
             values.update(self.level_values("model", model_ids))
         if math_modes is not None:
             values.update(self.level_values("math", math_modes))
+        if campaigns is not None:
+            values.update(self.level_values("campaign", campaigns))
         params, _ = compose(base, values)
         if fallback == "base":
             own = np.isin(gpus.astype(str), list(self.gpus))
@@ -229,13 +303,25 @@ class Calibration:
             params = params.with_overrides(**keep)
         return params
 
-    def harness_for(self, gpu_ids, engine=None):
-        """The benchmark-harness values (:class:`planner.accuracy.Harness`) per row."""
-        from planner.accuracy import Harness
+    def gpu_status(self, gpu_id: str) -> dict:
+        """``calibrated`` (bool), ``calibration_status`` ("calibrated" / "uncalibrated") and,
+        for an uncalibrated GPU, ``calibration_prior``: where its hardware values come from."""
+        if gpu_id in self.gpus:
+            return {"calibrated": True, "calibration_status": "calibrated"}
+        prior = self.gpu_priors.get(gpu_id, {})
+        source = prior.get("borrowed_from")
+        return {"calibrated": False, "calibration_status": "uncalibrated",
+                "calibration_prior": (f"hardware values of {source}" if source else "seed defaults")
+                + (f" ({prior['reason']})" if prior.get("reason") else "")}
 
+    def harness_for(self, gpu_ids, engine=None, campaigns=None) -> dict:
+        """The benchmark-harness values per row (the fields of
+        :class:`planner.accuracy_loads.Harness`)."""
         n = np.asarray(gpu_ids, dtype=object).reshape(-1).shape
         values = self.level_values("engine", np.broadcast_to(np.asarray(engine, dtype=object), n))
-        return Harness(**{h: values[f"engine.{h}"] for h in HARNESS_FIELDS})
+        if campaigns is not None:
+            values.update(self.level_values("campaign", campaigns))
+        return {h: _campaign_or(values, h) for h in HARNESS_FIELDS}
 
     def describe(self) -> dict:
         """What the calibration is and which parameters it sets (for every output)."""
@@ -245,8 +331,12 @@ class Calibration:
             "default": dict(self.default),
             "gpus": sorted(self.gpus), "engines": sorted(self.engines), "releases": sorted(self.releases),
             "math": sorted(self.maths), "models": sorted(self.models),
-            "lookup": "hardware per GPU, software per engine release -> engine, both else the global "
-                      "fit; math and model adjustments when math modes and model ids are given",
+            "uncalibrated_gpus": {g: dict(v) for g, v in sorted(self.gpu_priors.items())},
+            "lookup": "hardware per GPU (a GPU without values borrows those of the nearest measured GPU of "
+                      "its vendor and memory technology, else the seed defaults: 'uncalibrated'), software "
+                      "per engine release -> engine -> the global fit; math and model adjustments when "
+                      "math modes and model ids are given; composed efficiencies clipped at "
+                      f"{MAX_MEMORY_EFFICIENCY} (memory) and {MAX_COMPUTE_EFFICIENCY} (compute)",
             "source": self.provenance.get("source", {}),
             "fitted": self.provenance.get("fitted", {}),
         }
@@ -261,7 +351,9 @@ class Calibration:
         return {**self.provenance, "default": default,
                 "gpus": section("gpu", self.gpus), "engines": section("engine", self.engines),
                 "releases": section("release", self.releases), "math": section("math", self.maths),
-                "models": section("model", self.models)}
+                "models": section("model", self.models), "campaigns": section("campaign", self.campaigns),
+                "uncalibrated_gpus": {g: dict(v) for g, v in sorted(self.gpu_priors.items())},
+                **({"intervals": self.intervals} if self.intervals else {})}
 
 
 def _rounded(values: dict) -> dict:
@@ -297,7 +389,7 @@ def calibration_from_dict(doc: dict, path: str | None = None) -> Calibration:
     stats["default"] = {k: v for k, v in doc["default"].items() if k != "values"}
     tables = {}
     for level, section in (("gpu", "gpus"), ("engine", "engines"), ("release", "releases"), ("math", "math"),
-                           ("model", "models")):
+                           ("model", "models"), ("campaign", "campaigns")):
         tables[level] = {}
         for key, block in (doc.get(section) or {}).items():
             tables[level][str(key)] = values_of(block, f"{section}.{key}", LEVEL_PARAMETERS[level])
@@ -307,11 +399,56 @@ def calibration_from_dict(doc: dict, path: str | None = None) -> Calibration:
         problems.append(f"default.values: missing {', '.join(missing)}")
     if problems:
         raise PlanningInputError([f"{where0}: {p}" for p in problems])
-    provenance = {k: v for k, v in doc.items() if k not in ("default", "gpus", "engines", "releases", "math",
-                                                            "models")}
+    priors = doc.get("uncalibrated_gpus") or {}
+    if not isinstance(priors, dict) or any(not isinstance(v, dict) for v in priors.values()):
+        raise PlanningInputError(f"{where0}: uncalibrated_gpus: expected a mapping of GPU id -> "
+                                 "{borrowed_from, reason}")
+    bad = [g for g, v in priors.items() if v.get("borrowed_from") not in (None, *tables["gpu"])]
+    if bad:
+        raise PlanningInputError([f"{where0}: uncalibrated_gpus.{g}.borrowed_from: "
+                                  f"'{priors[g]['borrowed_from']}' has no values under gpus" for g in bad])
+    intervals = doc.get("intervals") or {}
+    if not isinstance(intervals, dict):
+        raise PlanningInputError(f"{where0}: intervals: expected a mapping")
+    provenance = {k: v for k, v in doc.items() if k not in CALIBRATION_SECTIONS}
     return Calibration(default=default, gpus=tables["gpu"], engines=tables["engine"],
-                       releases=tables["release"], maths=tables["math"], models=tables["model"], stats=stats,
-                       provenance=provenance, path=path)
+                       releases=tables["release"], maths=tables["math"], models=tables["model"],
+                       campaigns=tables["campaign"], stats=stats, provenance=provenance, path=path, gpu_priors={str(g): dict(v) for g, v in priors.items()},
+                       intervals=intervals)
+
+
+#: Top-level keys of a calibration YAML that are not provenance.
+CALIBRATION_SECTIONS = ("default", "gpus", "engines", "releases", "math", "models", "campaigns",
+                        "uncalibrated_gpus", "intervals")
+
+
+def gpu_priors(catalog, measured) -> dict:
+    """Where each catalog GPU without values of its own borrows its hardware values.
+
+    The measured GPU (in ``measured``) of the same vendor and memory technology whose datasheet
+    bandwidth is nearest (|ln ratio|, then id); without one, the nearest measured GPU of the
+    same vendor; without any measured GPU of the vendor: None (the seed defaults). Never an
+    average over other vendors' GPUs.
+    """
+    measured = sorted(g for g in measured if g in catalog.gpus.entries)
+    out = {}
+    for gid in sorted(catalog.gpus.entries):
+        if gid in measured:
+            continue
+        g = catalog.gpu(gid)
+        same = [catalog.gpu(m) for m in measured if catalog.gpu(m).vendor == g.vendor]
+        tech = [m for m in same if g.memory_technology and m.memory_technology == g.memory_technology]
+        pool = tech or same
+        if not pool:
+            out[gid] = {"borrowed_from": None, "reason": f"no measured {g.vendor} GPU: seed defaults"}
+            continue
+        near = min(pool, key=lambda m: (abs(np.log(m.memory_bandwidth_tb_per_s / g.memory_bandwidth_tb_per_s)),
+                                        m.id))
+        why = (f"nearest measured {g.vendor} {g.memory_technology} GPU by memory bandwidth" if tech else
+               f"no measured {g.vendor} {g.memory_technology or ''} GPU: nearest measured {g.vendor} GPU "
+               "by memory bandwidth")
+        out[gid] = {"borrowed_from": near.id, "reason": " ".join(why.split())}
+    return out
 
 
 def load_calibration(spec: str | Path | None = "default") -> Calibration | None:
@@ -338,12 +475,15 @@ def write_calibration(calibration: Calibration, path: str | Path) -> None:
     import yaml
 
     header = ("# Calibrated serving-model parameters, written by `planner calibrate`\n"
-              "# (planner/calibration.py).\n"
-              "# Hardware values per GPU (gpus), software values per engine release -> engine (releases,\n"
-              "# engines), both falling back to the global fit (default); math and models adjust on top\n"
-              "# when the caller passes math modes and model ids. Efficiency = eta_gpu * engine factor *\n"
-              "# math factor * model factor (<= 1); prefill factor = engine value * model value;\n"
-              "# request overhead = engine value (online runs).\n"
+              "# (planner/calibration.py; docs/accuracy.md).\n"
+              "# Hardware values per GPU (gpus): achievable fractions of the datasheet bandwidth and\n"
+              f"# dense FLOPS, at most {MAX_MEMORY_EFFICIENCY} and {MAX_COMPUTE_EFFICIENCY}; a GPU without values borrows those of\n"
+              "# the GPU named under uncalibrated_gpus (same vendor and memory technology), else the seed\n"
+              "# defaults. Software values per engine release -> engine -> the global fit (default);\n"
+              "# math and models: bounded factors (prior 1). Composed efficiency = eta_gpu * engine factor *\n"
+              "# math factor * model factor, clipped at the hardware bounds. campaigns: benchmark-harness\n"
+              "# values of the measurement campaigns (accuracy only). intervals: quantiles of the\n"
+              "# out-of-fold log errors (prediction intervals, planner.parameters.error_quantile).\n"
               "# rows / median_ape_pct: the rows of the group and their median absolute percentage error\n"
               "# per metric family with these values. Regenerate with `fitted.command`.\n")
     text = yaml.safe_dump(calibration.to_dict(), sort_keys=False, default_flow_style=False, width=100)
@@ -355,342 +495,3 @@ def write_calibration(calibration: Calibration, path: str | Path) -> None:
 def file_sha256(path: str | Path) -> str:
     """SHA-256 hex digest of a file (provenance of a fit)."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def predict_calibrated(catalog, rows: pd.DataFrame, calibration: Calibration | None,
-                       base: ServingParams | None = None, arrays=None) -> np.ndarray:
-    """Predictions of prepared rows with a calibration (None: ``base``, the seeds' values)."""
-    from planner.accuracy import predict_rows
-
-    base = base or ServingParams()
-    if calibration is None:
-        return predict_rows(catalog, rows, base, arrays=arrays)
-    gpus, models = rows["gpu"].to_numpy(), rows["model"].to_numpy()
-    engines = engine_keys(rows)
-    maths = rows["math"].to_numpy() if "math" in rows else None
-    params = calibration.params_for(base, gpus, engines, model_ids=models, math_modes=maths)
-    return predict_rows(catalog, rows, params, calibration.harness_for(gpus, engines), arrays=arrays)
-
-
-def engine_keys(rows: pd.DataFrame) -> np.ndarray:
-    """``<engine>@<release>`` where the row has a release, else the engine."""
-    release = rows["release"] if "release" in rows else pd.Series(np.nan, index=rows.index)
-    return np.where(release.notna(), release.astype(str), rows["engine"].astype(str)).astype(object)
-
-
-# ------------------------------------------------------------------------ fitting
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """Settings of :func:`fit_calibration`.
-
-    min_rows: rows a group needs for its own values; min_other: distinct values of the
-    other factor a group needs (models per GPU, GPUs per engine, GPUs per model), so that
-    the factors separate (a parameter's own ``ParamSpec.min_other`` overrides it);
-    prior_weight: pull toward the parent values (loss units per squared double step,
-    divided by the group's rows); iterations: compass-search sweeps per level; rounds:
-    sweeps over the levels; clip_log_error: |ln(pred/measured)| above this counts as this
-    (robust to gross outliers); levels: which levels to fit.
-    """
-
-    min_rows: int = 20
-    min_other: int = 2
-    prior_weight: float = 2.0
-    iterations: int = 12
-    rounds: int = 3
-    clip_log_error: float = 2.0
-    levels: tuple = LEVELS
-    #: Engine parameters fitted per engine and release; the others only globally. The
-    #: benchmark harness (first_wave_weight) differs by campaign, not by engine: fitted per
-    #: engine it did not carry over to unseen (model, GPU) pairs in cross-validation.
-    engine_parameters: tuple = ("step_overhead_s", "request_overhead_s", "memory_factor", "compute_factor",
-                                "prefill_compute_factor")
-
-
-_OTHER = {"gpu": "model", "engine": "gpu", "release": "pair", "math": "model", "model": "gpu"}
-
-
-def _log_errors(pred, value, clip):
-    with np.errstate(divide="ignore", invalid="ignore"):
-        err = np.abs(np.log(pred / value))
-    return np.where(np.isfinite(err), np.minimum(err, clip), clip)
-
-
-def _family_weights(families: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """Row weights that give each metric family of a group the same total weight."""
-    fam = pd.Series(families, dtype=object).astype(str)
-    key = pd.Series(codes).astype(str) + "|" + fam
-    counts = key.map(key.value_counts()).to_numpy(dtype=float)
-    per_group = fam.groupby(codes).transform("nunique").to_numpy(dtype=float)
-    return 1.0 / (counts * per_group)
-
-
-def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, options: FitOptions):
-    """Minimize, for every group at once, its weighted mean clipped |ln(pred/value)| plus a prior.
-
-    ``predict(U)`` takes per-row search coordinates U (rows x parameters) and returns the
-    predictions; each group moves its own coordinates from ``prior_u`` (compass search:
-    +-step along each coordinate, halve the step where neither direction improves).
-    """
-    u = prior_u.copy()
-    steps = np.tile(np.array([s.step for s in specs]), (n_groups, 1))
-    n_rows = np.maximum(np.bincount(codes, minlength=n_groups), 1)
-    wsum = np.maximum(np.bincount(codes, weights=weights, minlength=n_groups), 1e-300)
-    prior_scale = 2.0 * np.array([s.step for s in specs])
-    lo = np.array([s.to_u(s.lower) for s in specs])
-    hi = np.array([s.to_u(s.upper) for s in specs])
-
-    def loss(uu):
-        err = _log_errors(predict(uu[codes]), value, options.clip_log_error)
-        fit = np.bincount(codes, weights=weights * err, minlength=n_groups) / wsum
-        return fit + options.prior_weight / n_rows * (((uu - prior_u) / prior_scale) ** 2).sum(axis=1)
-
-    best = loss(u)
-    for _ in range(options.iterations):
-        for k in range(len(specs)):
-            improved = np.zeros(n_groups, bool)
-            for sign in (1.0, -1.0):
-                trial = u.copy()
-                trial[:, k] = np.clip(np.where(improved, u[:, k], u[:, k] + sign * steps[:, k]), lo[k], hi[k])
-                trial_loss = loss(trial)
-                better = (trial_loss < best - 1e-9) & ~improved
-                u[better, k] = trial[better, k]
-                best = np.where(better, trial_loss, best)
-                improved |= better
-            steps[~improved, k] *= 0.5
-    return u
-
-
-def eligible_groups(rows: pd.DataFrame, level: str, options: FitOptions,
-                    min_other: int | None = None) -> list:
-    """Keys of ``level`` with at least ``min_rows`` rows and ``min_other`` distinct partners
-    (``options.min_other`` unless given)."""
-    rows = rows.assign(pair=rows["model"].astype(str) + "|" + rows["gpu"].astype(str))
-    if "release" not in rows:
-        rows = rows.assign(release=np.nan)
-    need = options.min_other if min_other is None else min_other
-    stats = rows.groupby(level).agg(n=("value", "size"), other=(_OTHER[level], "nunique"))
-    return sorted(stats[(stats["n"] >= options.min_rows) & (stats["other"] >= need)].index)
-
-
-def parameter_batches(level: str, rows: pd.DataFrame, options: FitOptions) -> list:
-    """``[(group keys, {name: ParamSpec})]`` to search for ``level``: its parameters batched
-    by the partners their groups need (most first), each with its eligible groups."""
-    specs = LEVEL_PARAMETERS[level]
-    if level in ("engine", "release"):
-        specs = {k: v for k, v in specs.items() if k in options.engine_parameters}
-    need = {n: options.min_other if s.min_other is None else s.min_other for n, s in specs.items()}
-    batches = []
-    for m in sorted(set(need.values()), reverse=True):
-        keys = eligible_groups(rows, level, options, m)
-        if keys:
-            batches.append((keys, {n: s for n, s in specs.items() if need[n] == m}))
-    return batches
-
-
-def fit_calibration(catalog, rows: pd.DataFrame, base: ServingParams | None = None,
-                    options: FitOptions | None = None, provenance: dict | None = None) -> Calibration:
-    """Fit the global values, then per GPU, engine and model values, to prepared rows.
-
-    Parameters
-    ----------
-    catalog : Catalog
-    rows : DataFrame
-        Rows from :func:`planner.accuracy.prepare_rows` (aggregated serving).
-    base : ServingParams, optional
-        Starting values and the prior of the global fit (default: the seeds').
-    options : FitOptions, optional
-    provenance : dict, optional
-        Stored as is in the result (source file, hash, date, command).
-
-    Returns
-    -------
-    Calibration (with per-group residual statistics).
-
-    Notes
-    -----
-    Objective of a group: the weighted mean of min(|ln(pred/measured)|, clip) over its rows
-    (each metric family of the group weighs the same) plus prior_weight / n_rows *
-    sum(((u - u_prior) / (2 step))^2) in the search coordinates u. All groups of a level are
-    searched at once (one vectorized prediction per trial), the other levels held at their
-    current values; the levels are swept ``rounds`` times. The global fit is pulled toward
-    the seeds, every group toward the global fit (factors and deltas toward neutral).
-    """
-    from planner.accuracy import Harness, add_families, predict_rows, row_arrays, take_arrays
-
-    base = base or ServingParams()
-    options = options or FitOptions()
-    rows = add_families(rows.reset_index(drop=True))
-    arrays = row_arrays(catalog, rows)
-    value = rows["value"].to_numpy(float)
-    families = rows["family"].to_numpy()
-    start = {**base.as_dict(), **Harness().__dict__}
-    default = {n: float(np.asarray(start[n], float).reshape(-1)[0]) for n in DEFAULT_PARAMETERS}
-    tables: dict[str, dict] = {level: {} for level in LEVELS}
-    if "release" not in rows:
-        rows["release"] = np.nan
-    keys_of = {"gpu": rows["gpu"].to_numpy(), "engine": rows["engine"].to_numpy(),
-               "release": rows["release"].to_numpy(), "math": rows["math"].to_numpy(),
-               "model": rows["model"].to_numpy()}
-
-    def calibration() -> Calibration:
-        return Calibration(default=dict(default), gpus=tables["gpu"], engines=tables["engine"],
-                           releases=tables["release"], maths=tables["math"], models=tables["model"])
-
-    def current() -> dict:
-        cal = calibration()
-        values = cal.level_values("gpu", keys_of["gpu"])
-        values.update(cal.level_values("engine", engine_keys(rows)))
-        values.update(cal.level_values("math", keys_of["math"]))
-        values.update(cal.level_values("model", keys_of["model"]))
-        return values
-
-    def predict_with(values: dict, index):
-        """Predictions of rows ``index`` (``values`` already restricted to them)."""
-        params, harness = compose(base, values)
-        if len(index) == len(rows):
-            return predict_rows(catalog, rows, params, Harness(**harness), arrays=arrays)
-        return predict_rows(catalog, rows.iloc[index].reset_index(drop=True), params, Harness(**harness),
-                            arrays=take_arrays(arrays, index, len(rows)))
-
-    def search(level: str | None, keys: list, specs: dict):
-        names, plist = list(specs), list(specs.values())
-        if level is None:
-            codes, index = np.zeros(len(rows), dtype=int), np.arange(len(rows))
-            prior = np.array([[s.to_u(default[n]) for n, s in specs.items()]])
-        else:
-            codes_all = pd.Series(keys_of[level], dtype=object).map({k: i for i, k in enumerate(keys)})
-            index = np.flatnonzero(codes_all.notna().to_numpy())
-            codes = codes_all.to_numpy()[index].astype(int)
-            parent = calibration()
-            prior = []
-            for k in keys:  # releases start from their engine, the rest from the global fit
-                up = parent.level_values("engine", [k.split("@")[0]]) if level == "release" else {}
-                prior.append([s.to_u(up[f"engine.{n}"][0] if up else
-                                     (s.neutral if s.neutral is not None else default[n]))
-                              for n, s in specs.items()])
-            prior = np.array(prior)
-        if not index.size:
-            return
-        fixed_values = {k: v[index] for k, v in current().items()}
-        prefix = "engine" if level in ("engine", "release") else level
-
-        def predict(u_rows):
-            values = dict(fixed_values)
-            for i, (n, s) in enumerate(zip(names, plist)):
-                key = f"{prefix}.{n}" if level else (f"gpu.{n}" if n in GPU_PARAMETERS else f"engine.{n}")
-                values[key] = s.from_u(u_rows[:, i])
-            return predict_with(values, index)
-
-        u = pattern_search(predict, value[index], _family_weights(families[index], codes), codes, len(prior),
-                           prior, plist, options)
-        for g in range(len(prior)):
-            fitted = {n: float(s.from_u(u[g, i])) for i, (n, s) in enumerate(zip(names, plist))}
-            if level is None:
-                default.update(fitted)
-            else:
-                tables[level].setdefault(keys[g], {}).update(fitted)
-
-    search(None, [], DEFAULT_PARAMETERS)
-    batches = {level: parameter_batches(level, rows, options) for level in options.levels}
-    for round_ in range(options.rounds):
-        for level in options.levels:
-            for keys, specs in batches[level]:
-                search(level, keys, specs)
-        log.info("calibration round %d/%d done", round_ + 1, options.rounds)
-    cal = calibration()
-    cal = Calibration(default=cal.default, gpus=cal.gpus, engines=cal.engines, releases=cal.releases,
-                      maths=cal.maths, models=cal.models, provenance=dict(provenance or {}))
-    return with_stats(cal, catalog, rows, base, arrays)
-
-
-def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParams | None = None,
-               arrays=None) -> Calibration:
-    """``cal`` with the rows and median APE per metric family of every group."""
-    from planner.accuracy import add_families
-
-    rows = add_families(rows)
-    pred = predict_calibrated(catalog, rows, cal, base, arrays)
-    measured = rows["value"].to_numpy(float)
-    frame = pd.DataFrame({"gpu": rows["gpu"].to_numpy(), "engine": rows["engine"].to_numpy(),
-                          "release": engine_keys(rows), "math": rows["math"].to_numpy(),
-                          "model": rows["model"].to_numpy(),
-                          "family": rows["family"].to_numpy(),
-                          "ape": np.abs(pred - measured) / measured * 100.0})
-
-    def summary(part):
-        return {"rows": int(len(part)), "median_ape_pct": {f: round(float(v), 1) for f, v in
-                                                           part.groupby("family")["ape"].median().items()}}
-
-    stats = {"default": summary(frame)}
-    for level, table in (("gpu", cal.gpus), ("engine", cal.engines), ("release", cal.releases),
-                         ("math", cal.maths), ("model", cal.models)):
-        stats.update({f"{level}:{k}": summary(frame[frame[level] == k]) for k in table})
-    return Calibration(default=cal.default, gpus=cal.gpus, engines=cal.engines, releases=cal.releases,
-                       maths=cal.maths, models=cal.models, stats=stats, provenance=cal.provenance,
-                       path=cal.path)
-
-
-def group_folds(rows: pd.DataFrame, folds: int = 5, by=("model", "gpu")) -> np.ndarray:
-    """Fold number per row: whole (model, GPU) groups, largest first, each to the fold with
-    the fewest rows so far (deterministic)."""
-    keys = rows[list(by)].astype(str).agg("|".join, axis=1)
-    sizes = keys.value_counts()
-    load = np.zeros(folds)
-    fold_of = {}
-    for key in sorted(sizes.index, key=lambda k: (-sizes[k], k)):
-        fold_of[key] = int(np.argmin(load))
-        load[fold_of[key]] += sizes[key]
-    return keys.map(fold_of).to_numpy()
-
-
-def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOptions | None = None,
-                   base: ServingParams | None = None, keep_fits: bool = False) -> dict:
-    """K-fold cross-validation of :func:`fit_calibration`, folds grouped by (model, GPU).
-
-    Returns
-    -------
-    dict: ``folds``; ``by_family``: per metric family ``n``, ``in_fold_median_ape_pct`` (the
-    training rows of every fold, pooled), ``out_of_fold_median_ape_pct`` (every row predicted
-    by the fit that did not see its (model, GPU) pair, pooled) and ``gap_pct``; ``per_fold``;
-    ``predictions``: the out-of-fold prediction per row id; with ``keep_fits``, ``fits``: the
-    fold's Calibration per fold and ``fold_of``: the fold per row (in ``rows`` order).
-    """
-    from planner.accuracy import add_families
-
-    rows = add_families(rows.reset_index(drop=True))
-    fold = group_folds(rows, folds)
-    measured = rows["value"].to_numpy(float)
-    oof = np.full(len(rows), np.nan)
-    inside, per_fold, fits = [], [], []
-    for k in range(folds):
-        train, test = fold != k, fold == k
-        cal = fit_calibration(catalog, rows[train], base, options)
-        fits.append(cal)
-        pred_train = predict_calibrated(catalog, rows[train].reset_index(drop=True), cal, base)
-        oof[test] = predict_calibrated(catalog, rows[test].reset_index(drop=True), cal, base)
-        ape_train = np.abs(pred_train - measured[train]) / measured[train] * 100.0
-        ape_test = np.abs(oof[test] - measured[test]) / measured[test] * 100.0
-        inside.append(pd.DataFrame({"family": rows.loc[train, "family"].to_numpy(), "ape": ape_train}))
-        per_fold.append({"fold": k, "held_out": sorted(rows.loc[test, ["model", "gpu"]].astype(str)
-                                                       .agg("|".join, axis=1).unique()),
-                         "in_fold_median_ape_pct": _family_medians(rows.loc[train, "family"], ape_train),
-                         "out_of_fold_median_ape_pct": _family_medians(rows.loc[test, "family"], ape_test)})
-        log.info("fold %d/%d done", k + 1, folds)
-    ape_oof = np.abs(oof - measured) / measured * 100.0
-    inside_all = pd.concat(inside)
-    by_family = {}
-    for fam in sorted(rows["family"].unique()):
-        a = float(np.nanmedian(inside_all.loc[inside_all["family"] == fam, "ape"]))
-        b = float(np.nanmedian(ape_oof[rows["family"].to_numpy() == fam]))
-        by_family[fam] = {"n": int((rows["family"] == fam).sum()), "in_fold_median_ape_pct": round(a, 1),
-                          "out_of_fold_median_ape_pct": round(b, 1), "gap_pct": round(b - a, 1)}
-    result = {"folds": folds, "grouped_by": ["model", "gpu"], "by_family": by_family, "per_fold": per_fold,
-              "predictions": dict(zip(rows["id"], oof))}
-    return {**result, "fits": fits, "fold_of": fold} if keep_fits else result
-
-
-def _family_medians(families: pd.Series, ape: np.ndarray) -> dict:
-    frame = pd.DataFrame({"family": families.to_numpy(), "ape": ape})
-    return {f: round(float(v), 1) for f, v in frame.groupby("family")["ape"].median().items()}

@@ -6,7 +6,6 @@ import argparse
 import os
 import sys
 
-import pandas as pd
 
 from planner import jsonio
 from planner.schema import PlanningInputError
@@ -96,6 +95,10 @@ def cmd_eval(args) -> int:
         rate_per_s=args.rate, slo_ttft_p95_s=args.slo_ttft_p95, slo_tpot_p95_s=args.slo_tpot_p95,
         calibration=args.calibration, overrides=_overrides(args), engine=args.engine)
     _emit(args, result)
+    if not args.json and result.get("intervals"):  # prediction intervals (docs/accuracy.md)
+        print("prediction intervals (from the calibration's out-of-fold errors, docs/accuracy.md):")
+        for name, iv in result["intervals"].items():
+            print(f"  {name}: " + ", ".join(f"{k} [{lo:.4g}, {hi:.4g}]" for k, (lo, hi) in iv.items()))
     return EXIT_OK
 
 
@@ -140,6 +143,8 @@ def cmd_catalog(args) -> int:
     if args.json:
         print(jsonio.dumps({args.kind: table.to_dict(orient="records")}))
     else:
+        import pandas as pd
+
         with pd.option_context("display.max_rows", None, "display.max_columns", None,
                                "display.width", 200, "display.max_colwidth", 40):
             print(table.drop(columns=[c for c in ("source", "notes") if c in table]).to_string(index=False))
@@ -178,7 +183,8 @@ def cmd_solve(args) -> int:
         check_out_dir(args.out)
     _print_warnings(problem)
     print(f"solving {problem.name} ...", file=sys.stderr)
-    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=not args.no_pareto,
+    fronts = "none" if args.no_pareto else args.fronts
+    result = plan(problem, top_k=args.top, time_limit_s=args.time_limit, pareto=fronts != "none", fronts=fronts,
                   verify=args.verify)
     if args.out:
         from planner.outputs.writer import write_outputs
@@ -305,7 +311,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("problem", help="problem YAML file")
     p.add_argument("--top", type=_positive_int, help="how many ranked plans (default: the problem's top_k, 5)")
     p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
-    p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts")
+    p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts (same as --fronts none)")
+    p.add_argument("--fronts", choices=["none", "mixed", "used", "all"],
+                   help="which Pareto fronts: none, mixed (all GPU types together), used (default: mixed plus "
+                        "each GPU type in some plan or mixed-front point), all (every GPU type)")
     p.add_argument("--confidence", type=_confidence,
                    help="quantile of the serving model's error the capacities hold at, in [0.5, 1) "
                         "(default: the problem's optimize.confidence, 0.8; 0.5 = central prediction)")

@@ -35,11 +35,11 @@ def _fmt(value, digits=4) -> str:
 
 
 def cmd_accuracy(args) -> int:
-    from planner.accuracy import accuracy_report, load_measurements, rows_table, score_rows
+    from planner.accuracy import accuracy_report, load_measurement_files, rows_table, score_rows
     from planner.calibration import load_calibration
 
     catalog = _catalog(args)
-    measurements = load_measurements(args.file)
+    measurements = load_measurement_files(args.file)
     calibration = load_calibration(args.calibration)
     if args.rows_out:
         from planner.atomic import atomic_write_text
@@ -54,7 +54,7 @@ def cmd_accuracy(args) -> int:
         print(jsonio.dumps(report))
         return EXIT_OK
     used = report["calibration"]
-    print(f"{args.file}: {report['rows']} rows, {report['predicted']} predicted, "
+    print(f"{', '.join(args.file)}: {report['rows']} rows, {report['predicted']} predicted, "
           f"{sum(report['skipped'].values())} skipped; calibration: {used['calibration']}")
     print("\nper metric family (median / mean absolute percentage error):")
     _print_rows(["family", "n", "median_ape_%", "mean_ape_%"],
@@ -74,28 +74,21 @@ def cmd_accuracy(args) -> int:
     return EXIT_OK
 
 
-# ---------------------------------------------------------------- calibrate
+def calibration_provenance(files, measurements, rows, skipped, options, out, cv: int | None = None) -> dict:
+    """The provenance block of a calibration YAML: source files (name, SHA-256, rows), the
+    fitting command, objective and settings."""
+    from planner.accuracy import load_measurement_files
+    from planner.calibration import LEVEL_PARAMETERS, file_sha256
 
-
-def cmd_calibrate(args) -> int:
-    from planner.accuracy import accuracy_report, load_measurements, prepare_rows
-    from planner.calibration import (LEVEL_PARAMETERS, FitOptions, cross_validate, file_sha256,
-                                     fit_calibration, write_calibration)
-    from planner.schema import PlanningInputError
-
-    catalog = _catalog(args)
-    measurements = load_measurements(args.file)
-    rows, skipped = prepare_rows(measurements, catalog)
-    if len(rows) < 1:
-        raise PlanningInputError(f"{args.file}: no row can be predicted (nothing to calibrate)")
-    options = FitOptions(min_rows=args.min_rows)
-    provenance = {
+    return {
         "calibration_version": _dt.date.today().isoformat(),
-        "source": {"file": Path(args.file).name, "sha256": file_sha256(args.file),
+        "source": {"files": [{"file": Path(f).name, "sha256": file_sha256(f),
+                              "rows": int(len(load_measurement_files([f])))} for f in files],
                    "rows": int(len(measurements)), "rows_fitted": int(len(rows)),
                    "rows_skipped": int(len(skipped))},
         "fitted": {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                   "command": f"planner calibrate {args.file} --out {args.out}",
+                   "command": f"planner calibrate {' '.join(map(str, files))} --out {out}"
+                              + (f" --cv {cv}" if cv else ""),
                    "objective": "per group: weighted mean of min(|ln(pred/measured)|, "
                                 f"{options.clip_log_error}) (metric families weigh the same) + prior "
                                 f"(weight {options.prior_weight}) toward the parent values",
@@ -105,7 +98,25 @@ def cmd_calibrate(args) -> int:
                                               for n, spec in specs.items() if spec.min_other is not None},
                    "rounds": options.rounds, "iterations": options.iterations},
     }
-    print(f"fitting {len(rows)} rows of {args.file} ...", file=sys.stderr)
+
+
+# ---------------------------------------------------------------- calibrate
+
+
+def cmd_calibrate(args) -> int:
+    from planner.accuracy import accuracy_report, load_measurement_files, prepare_rows
+    from planner.calibration import write_calibration
+    from planner.calibration_fit import FitOptions, fit_calibration
+    from planner.schema import PlanningInputError
+
+    catalog = _catalog(args)
+    measurements = load_measurement_files(args.file)
+    rows, skipped = prepare_rows(measurements, catalog)
+    if len(rows) < 1:
+        raise PlanningInputError(f"{', '.join(args.file)}: no row can be predicted (nothing to calibrate)")
+    options = FitOptions(min_rows=args.min_rows)
+    provenance = calibration_provenance(args.file, measurements, rows, skipped, options, args.out, args.cv)
+    print(f"fitting {len(rows)} rows of {', '.join(args.file)} ...", file=sys.stderr)
     calibration = fit_calibration(catalog, rows, options=options, provenance=provenance)
     before = accuracy_report(catalog, measurements, None)["by_family"]
     after = accuracy_report(catalog, measurements, calibration)["by_family"]
@@ -113,11 +124,8 @@ def cmd_calibrate(args) -> int:
                "median_ape_pct": {f: {"seed": before.get(f, {}).get("median_ape_pct"),
                                       "calibrated": after[f]["median_ape_pct"]} for f in after}}
     if args.cv:
-        cv = cross_validate(catalog, rows, args.cv, options)
-        summary["cross_validation"] = {k: v for k, v in cv.items() if k != "predictions"}
-        calibration.provenance.setdefault("fitted", {})["cross_validation"] = {
-            "folds": args.cv, "grouped_by": ["model", "gpu"],
-            "by_family": summary["cross_validation"]["by_family"]}
+        calibration = with_cross_validation(catalog, rows, calibration, args.cv, options)
+        summary["cross_validation"] = calibration.provenance["fitted"]["cross_validation"]
     write_calibration(calibration, args.out)
     summary["calibration"] = calibration.describe()
     if args.json:
@@ -132,6 +140,26 @@ def cmd_calibrate(args) -> int:
                         [[f, v["in_fold_median_ape_pct"], v["out_of_fold_median_ape_pct"]]
                          for f, v in sorted(summary["cross_validation"]["by_family"].items())])
     return EXIT_OK
+
+
+def with_cross_validation(catalog, rows, calibration, folds: int, options):
+    """``calibration`` with its (model, GPU) K-fold cross-validation summary in the provenance
+    and the prediction intervals of its out-of-fold errors (``intervals``)."""
+    from dataclasses import replace
+
+    from planner.accuracy import add_families
+    from planner.calibration_cv import cross_validate
+    from planner.calibration_intervals import fit_intervals
+
+    rows = add_families(rows.reset_index(drop=True))
+    cv = cross_validate(catalog, rows, folds, options)
+    vendors = {g: catalog.gpu(g).vendor for g in sorted(catalog.gpus.entries)}
+    intervals = fit_intervals(rows, rows["id"].map(cv["predictions"]).to_numpy(float), vendors,
+                              f"{cv['folds']}-fold cross-validation grouped by (model, GPU)")
+    fitted = {**calibration.provenance.get("fitted", {}),
+              "cross_validation": {"folds": cv["folds"], "grouped_by": cv["grouped_by"],
+                                   "by_family": cv["by_family"], "per_fold": cv["per_fold"]}}
+    return replace(calibration, provenance={**calibration.provenance, "fitted": fitted}, intervals=intervals)
 
 
 # ---------------------------------------------------------------- import-bench
@@ -174,7 +202,8 @@ def add_accuracy_parsers(sub) -> None:
     from planner.cli import _positive_int
 
     p = sub.add_parser("accuracy", help="predict published measurements and report the errors")
-    p.add_argument("file", help="measurement CSV (schema: benchmarks/data/README-measurements.md)")
+    p.add_argument("file", nargs="+",
+                   help="measurement CSV(s) (schema: benchmarks/data/README-measurements.md)")
     p.add_argument("--calibration", default="default",
                    help="'none' (the seeds' parameters), 'default' (catalogs/calibration.yaml) or a path")
     p.add_argument("--top", type=_positive_int, default=20, help="how many worst rows to list")
@@ -184,11 +213,12 @@ def add_accuracy_parsers(sub) -> None:
     p.set_defaults(func=cmd_accuracy)
 
     p = sub.add_parser("calibrate", help="fit the serving-model efficiencies and overheads to measurements")
-    p.add_argument("file", help="measurement CSV")
+    p.add_argument("file", nargs="+", help="measurement CSV(s), fitted together")
     p.add_argument("--out", default="catalogs/calibration.yaml", help="calibration YAML to write")
     p.add_argument("--min-rows", type=_positive_int, default=20, help="rows a GPU/engine/model group needs")
     p.add_argument("--cv", type=_positive_int,
-                   help="also run K-fold cross-validation grouped by (model, GPU)")
+                   help="also run K-fold cross-validation grouped by (model, GPU) and store the "
+                        "prediction intervals of its out-of-fold errors")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_calibrate)
 

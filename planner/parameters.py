@@ -67,3 +67,47 @@ def scalars(params: ServingParams) -> dict:
         a = np.asarray(v, dtype=float)
         out[k] = float(a.reshape(-1)[0]) if a.size == 1 else a.tolist()
     return out
+
+
+def _calibration(calibration):
+    """A Calibration from a spec ('none', 'default', a path) or a Calibration (or None)."""
+    return load(calibration) if calibration is None or isinstance(calibration, str) else calibration
+
+
+def error_quantile(family: str, q: float, gpu: str | None = None, engine: str | None = None,
+                   calibration="default") -> float:
+    """Multiplicative error factor of the calibrated model at quantile ``q``.
+
+    measured / predicted stays below the returned factor with probability ``q``, judged on
+    the calibration's out-of-fold errors (:mod:`planner.calibration_intervals`) for the
+    metric ``family`` (``ttft``, ``tpot_itl``, ``throughput``, ``e2e``, or an output name:
+    ``ttft_p95_s``, ``tpot_s``, ...) and the most specific scope of ``gpu``'s vendor and
+    ``engine`` (``trtllm@1.2`` counts as ``trtllm``) with data. So a latency at confidence
+    q is ``predicted * error_quantile(family, q, gpu, engine)``. 1.0 for ``'none'`` or a
+    calibration without intervals. ``calibration``: 'default', 'none', a path or a
+    Calibration. ValueError for q outside (0, 1) or an unknown family.
+    """
+    from planner.calibration_intervals import error_factor, family_of
+
+    family_of(family)
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile must be in (0, 1), got {q}")
+    cal = _calibration(calibration)
+    return 1.0 if cal is None else error_factor(cal.intervals, family, q, gpu, engine)
+
+
+def gpu_status(calibration, gpu_id: str) -> dict:
+    """``calibrated``, ``calibration_status`` and (uncalibrated GPUs) ``calibration_prior`` of a
+    GPU under ``calibration`` (a Calibration or None: 'none', the seed defaults)."""
+    if calibration is None:
+        return {"calibrated": False, "calibration_status": "none (seed defaults)"}
+    return calibration.gpu_status(gpu_id)
+
+
+def prediction_intervals(calibration, values: dict, gpu: str | None = None, engine: str | None = None) -> dict:
+    """80 % and 95 % intervals ``{name: {"p80": [lo, hi], "p95": [lo, hi]}}`` around the
+    predicted ``values`` (``{"ttft_s": ..., "tpot_s": ...}``); {} without a calibration or
+    without intervals in it."""
+    from planner.calibration_intervals import intervals_for
+
+    return {} if calibration is None else intervals_for(calibration.intervals, values, gpu, engine)

@@ -281,11 +281,15 @@ def solver_summary(result) -> dict:
 
 
 def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
-         pareto: bool = True, verify: bool = False, diagnose: bool = True) -> PlanResult:
-    """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible
-    (``diagnose=False``: none, for the diagnosis's own re-solves).
+         pareto: bool = True, fronts: str | None = None, verify: bool = False,
+         diagnose: bool = True) -> PlanResult:
+    """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible.
 
-    ``verify`` simulates every deployment of the plans (:mod:`planner.verify`)."""
+    ``fronts`` (default: the problem's ``optimize.fronts``) picks the fronts, see
+    :func:`planner.pareto.pareto_fronts`; ``pareto=False`` skips them. ``verify`` simulates
+    every deployment of the plans (:mod:`planner.verify`). ``diagnose=False``: no
+    diagnosis (the diagnosis's own re-solves).
+    """
     from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
     from planner.pareto import pareto_fronts
 
@@ -317,11 +321,13 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         pruned = prune_dominated(instance.candidates, instance.capacity_per_s)
         counts["in_model"] = int(len(instance.candidates) - len(pruned))
         counts["pruned_dominated"] = counts["feasible"] - counts["in_model"]
-    fronts = pd.DataFrame()
+    front_mode, fronts = fronts, pd.DataFrame()
     t_pareto = 0.0          # only the fronts' own time (0 with --no-pareto)
     if plans and pareto and not problem.measured:
         t_fronts = time.perf_counter()
-        fronts = pareto_fronts(problem, candidates, options)
+        used = sorted({g for p in plans for g in p.gpus_by_type})
+        fronts = pareto_fronts(problem, candidates, options, fronts=front_mode or problem.spec.optimize.fronts,
+                               used_gpus=used, optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
         t_pareto = time.perf_counter() - t_fronts
     timings = {"search": t_search, "solve": t_solve, "pareto": t_pareto}
     if verify:

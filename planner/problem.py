@@ -185,6 +185,11 @@ class OptimizeOptions(Strict):
     #: Most equal-cost distinct plans compared by latency for rank 1; None:
     #: planner.optimize.alternatives.EQUAL_COST_PLANS_LIMIT (8).
     equal_cost_plans: int | None = Field(default=None, ge=1)
+    #: Which cost-vs-latency fronts a solve computes (docs/problem-format.md, ``fronts``).
+    fronts: Literal["none", "mixed", "used", "all"] = "used"
+    #: The fronts start at the knee where tightening the target by 1 % raises the cost by
+    #: more than this many percent (planner.pareto.KNEE_ELASTICITY).
+    front_knee_elasticity: float = Field(default=3.0, gt=0)
 
 
 class QualityOptions(Strict):

@@ -108,6 +108,8 @@ class GpuSpec(Strict):
     aliases: tuple[str, ...] = ()
     memory_gb: float = Field(gt=0)
     memory_bandwidth_tb_per_s: float = Field(gt=0)
+    #: Memory type (hbm3, hbm3e, gddr6, ...): the calibration's same-technology prior.
+    memory_technology: str | None = None
     bf16_tflops: float | None = Field(default=None, gt=0)
     fp8_tflops: float | None = Field(default=None, gt=0)
     fp4_tflops: float | None = Field(default=None, gt=0)

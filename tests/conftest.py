@@ -17,7 +17,27 @@ def catalog():
 
 
 def run_cli(*args, expect=0):
-    """Run ``python -m planner ARGS`` and return (stdout, stderr); assert the exit code."""
+    """Run the CLI on ARGS in this process, as ``python -m planner ARGS`` does
+    (``planner.cli.main`` from the repository root), and return (stdout, stderr); assert
+    the exit code. In-process calls save a Python start and the imports per call (the
+    suite's budget); :func:`run_cli_process` runs a real process."""
+    import contextlib
+    import io
+
+    from planner.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:          # argparse: usage errors and --help
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    assert code == expect, (code, out.getvalue(), err.getvalue())
+    return out.getvalue(), err.getvalue()
+
+
+def run_cli_process(*args, expect=0):
+    """Run ``python -m planner ARGS`` as a process and return (stdout, stderr); assert the exit code."""
     proc = subprocess.run([sys.executable, "-m", "planner", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)

@@ -10,6 +10,7 @@ import pytest
 
 from conftest import DATA, ROOT
 from planner import accuracy as A
+from planner import accuracy_loads as L
 from planner.serving.params import ServingParams
 from planner.serving.roofline import mixed_step_time_s
 
@@ -102,7 +103,7 @@ def test_closed_loop_limits_and_monotonicity(catalog):
     prompt, output = np.full(4, 1024.0), np.full(4, 256.0)
     r = A.closed_loop(c, p, users, np.full(4, 1e6), prompt, output, first_wave_weight=0.0)
     # one user, nothing else running: TTFT is its own prefill
-    single = A.step_mix(c, p, r["occupancy"], prompt, output)
+    single = L.step_mix(c, p, r["occupancy"], prompt, output)
     assert r["ttft_s"][0] == pytest.approx(single["prefill_service_s"][0])
     assert np.all(np.diff(r["ttft_s"]) > 0) and np.all(np.diff(r["tpot_s"]) > 0)
     assert np.all(np.diff(r["rate_per_s"]) > 0)

@@ -9,13 +9,15 @@ import yaml
 from conftest import DATA, ROOT
 from planner import accuracy as A
 from planner import calibration as C
+from planner import calibration_cv as CV
+from planner import calibration_fit as F
 from planner.schema import PlanningInputError
 from planner.serving.params import ServingParams
 from planner.serving.roofline import decode_times, mixed_step_time_s, prefill_time_s
 from test_accuracy import run_planner
 
 SAMPLE = DATA / "measurements-sample.csv"
-FAST = C.FitOptions(iterations=3, rounds=1, min_rows=8)
+FAST = F.FitOptions(iterations=3, rounds=1, min_rows=8)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +39,9 @@ def test_load_none_default_and_describe(shipped):
     assert set(info["parameters"]) == {"memory_efficiency", "compute_efficiency",
                                        "allreduce_latency_nvlink_s", "step_overhead_s",
                                        "request_overhead_s", "prefill_compute_factor"}
-    assert info["source"]["file"] == "measurements.csv" and len(info["source"]["sha256"]) == 64
+    files = {f["file"]: f for f in info["source"]["files"]}
+    assert set(files) == {"measurements.csv", "inferencex-deepseek-r1.csv"}
+    assert all(len(f["sha256"]) == 64 for f in files.values())
     assert {"h100-sxm", "h200-sxm", "b200"} <= set(info["gpus"])
     assert {"vllm", "sglang", "trtllm"} <= set(info["engines"])
     with pytest.raises(PlanningInputError, match="no such file"):
@@ -47,15 +51,17 @@ def test_load_none_default_and_describe(shipped):
 def test_params_for_is_aligned_and_falls_back(shipped):
     base = ServingParams()
     gpus = ["h100-sxm", "mi300x", "h100-sxm", "b200"]
+    p_none = shipped.params_for(base, ["gaudi3"])  # no measured Intel GPU: the seed values, not the global fit
+    assert np.asarray(p_none.memory_efficiency)[0] == base.memory_efficiency
     p = shipped.params_for(base, gpus)
     for name in shipped.parameters:
         assert np.shape(getattr(p, name)) == (4,)
     me = np.asarray(p.memory_efficiency)
     assert me[0] == pytest.approx(shipped.gpus["h100-sxm"]["memory_efficiency"])
-    assert me[1] == pytest.approx(shipped.default["memory_efficiency"])  # uncalibrated GPU: global fit
+    assert me[1] == pytest.approx(shipped.gpus["mi300x"]["memory_efficiency"])
     assert me[0] == me[2]
-    base_fallback = shipped.params_for(base, gpus, fallback="base")
-    assert np.asarray(base_fallback.memory_efficiency)[1] == base.memory_efficiency
+    base_fallback = shipped.params_for(base, ["l4", "h100-sxm"], fallback="base")  # l4: no values of its own
+    assert np.asarray(base_fallback.memory_efficiency)[0] == base.memory_efficiency
     # software values per engine (and per release); None uses the global fit
     vllm = shipped.params_for(base, gpus, engine="vllm")
     assert np.asarray(vllm.step_overhead_s)[0] == pytest.approx(shipped.engines["vllm"]["step_overhead_s"])
@@ -123,25 +129,25 @@ def test_yaml_round_trip_and_validation(shipped, tmp_path):
         C.calibration_from_dict(doc, "bad.yaml")
     text = "\n".join(err.value.problems)
     assert "gpus.h100-sxm.values.warp_speed: unknown parameter" in text
-    assert "default.values.memory_efficiency: 1.7 is outside [0.2, 1.0]" in text
+    assert "default.values.memory_efficiency: 1.7 is outside [0.2, 0.92]" in text
 
 
 def test_shipped_calibration_beats_the_seeds_on_the_sample(shipped, catalog, sample_rows):
     measured = sample_rows["value"].to_numpy()
-    seed = np.abs(C.predict_calibrated(catalog, sample_rows, None) / measured - 1)
-    cal = np.abs(C.predict_calibrated(catalog, sample_rows, shipped) / measured - 1)
+    seed = np.abs(A.predict_calibrated(catalog, sample_rows, None) / measured - 1)
+    cal = np.abs(A.predict_calibrated(catalog, sample_rows, shipped) / measured - 1)
     fam = sample_rows["family"].to_numpy()
     for f in ("tpot_itl", "ttft", "throughput"):
         assert np.nanmedian(cal[fam == f]) < np.nanmedian(seed[fam == f])
 
 
 def test_fit_improves_the_objective_and_is_deterministic(catalog, sample_rows):
-    cal = C.fit_calibration(catalog, sample_rows, options=FAST)
-    again = C.fit_calibration(catalog, sample_rows, options=FAST)
+    cal = F.fit_calibration(catalog, sample_rows, options=FAST)
+    again = F.fit_calibration(catalog, sample_rows, options=FAST)
     assert cal.default == again.default and cal.gpus == again.gpus
     measured = sample_rows["value"].to_numpy()
-    err_seed = np.abs(np.log(C.predict_calibrated(catalog, sample_rows, None) / measured))
-    err_fit = np.abs(np.log(C.predict_calibrated(catalog, sample_rows, cal) / measured))
+    err_seed = np.abs(np.log(A.predict_calibrated(catalog, sample_rows, None) / measured))
+    err_fit = np.abs(np.log(A.predict_calibrated(catalog, sample_rows, cal) / measured))
     assert np.nanmedian(err_fit) < np.nanmedian(err_seed)
     for name, spec in C.DEFAULT_PARAMETERS.items():
         assert spec.lower <= cal.default[name] <= spec.upper
@@ -154,14 +160,14 @@ def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sampl
     gpus_of = sample_rows.groupby("model")["gpu"].nunique()
     one, many = gpus_of[gpus_of == 1].index, gpus_of[gpus_of >= 2].index
     rows = sample_rows[sample_rows["model"].isin([one[0], many[0]])]
-    options = C.FitOptions(iterations=2, rounds=1, min_rows=1, levels=("model",))
-    batches = C.parameter_batches("model", rows, options)
+    options = F.FitOptions(iterations=2, rounds=1, min_rows=1, levels=("model",))
+    batches = F.parameter_batches("model", rows, options)
     assert [(keys, sorted(specs)) for keys, specs in batches] == [
-        ([many[0]], ["efficiency_factor"]), (sorted([one[0], many[0]]), ["prefill_factor"])]
-    assert C.eligible_groups(rows, "model", options) == [many[0]]  # the fit's own rule: 2 GPUs
-    cal = C.fit_calibration(catalog, rows, options=options)
+        ([many[0]], ["efficiency_factor", "step_overhead_factor"]), (sorted([one[0], many[0]]), ["prefill_factor"])]
+    assert F.eligible_groups(rows, "model", options) == [many[0]]  # the fit's own rule: 2 GPUs
+    cal = F.fit_calibration(catalog, rows, options=options)
     assert set(cal.models[one[0]]) == {"prefill_factor"}
-    assert set(cal.models[many[0]]) == {"efficiency_factor", "prefill_factor"}
+    assert set(cal.models[many[0]]) == {"efficiency_factor", "prefill_factor", "step_overhead_factor"}
     # the missing factor is neutral where the calibration is applied
     p = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[one[0]])
     plain = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm")
@@ -172,27 +178,27 @@ def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sampl
 
 
 def test_cross_validation_predicts_each_pair_with_the_fit_that_did_not_see_it(catalog, sample_rows):
-    options = C.FitOptions(iterations=2, rounds=1, min_rows=8, levels=("gpu", "model"))
-    cv = C.cross_validate(catalog, sample_rows, 2, options, keep_fits=True)
+    options = F.FitOptions(iterations=2, rounds=1, min_rows=8, levels=("gpu", "model"))
+    cv = CV.cross_validate(catalog, sample_rows, 2, options, keep_fits=True)
     rows = sample_rows.reset_index(drop=True)
-    assert len(cv["fits"]) == 2 and (cv["fold_of"] == C.group_folds(rows, 2)).all()
+    assert len(cv["fits"]) == 2 and (cv["fold_of"] == CV.group_folds(rows, 2)).all()
     oof = rows["id"].map(cv["predictions"]).to_numpy()
     for k, fit in enumerate(cv["fits"]):
         test = cv["fold_of"] == k
         assert not set(rows.loc[test, "gpu"] + rows.loc[test, "model"]) & set(
             rows.loc[~test, "gpu"] + rows.loc[~test, "model"])
-        again = C.predict_calibrated(catalog, rows[test].reset_index(drop=True), fit)
+        again = A.predict_calibrated(catalog, rows[test].reset_index(drop=True), fit)
         np.testing.assert_allclose(oof[test], again)
     for fam, s in cv["by_family"].items():
         assert s["gap_pct"] == pytest.approx(s["out_of_fold_median_ape_pct"] - s["in_fold_median_ape_pct"], abs=0.11)
 
 
 def test_group_folds_keep_model_gpu_pairs_together(sample_rows):
-    folds = C.group_folds(sample_rows, 5)
+    folds = CV.group_folds(sample_rows, 5)
     pairs = sample_rows["model"] + "|" + sample_rows["gpu"]
     assert (pd.Series(folds).groupby(pairs.to_numpy()).nunique() == 1).all()
     assert set(folds) == set(range(5))
-    assert (C.group_folds(sample_rows, 5) == folds).all()
+    assert (CV.group_folds(sample_rows, 5) == folds).all()
 
 
 def test_prefill_compute_factor_refinement():

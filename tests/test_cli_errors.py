@@ -24,3 +24,11 @@ def test_bad_input_exit_2_one_line(args, needle):
     assert len(lines) == 1, err
     assert needle in lines[0]
     assert "Traceback" not in err
+
+
+def test_python_dash_m_planner_process_exits_2_one_line():
+    """The real entry point (``python -m planner``) behaves as the in-process calls above."""
+    from conftest import run_cli_process
+
+    out, err = run_cli_process("nonsense", expect=2)
+    assert out == "" and len(err.strip().splitlines()) == 1 and "invalid choice" in err

@@ -122,3 +122,30 @@ def test_recommended_max_num_seqs_rounding():
     from planner.serving.economics import recommended_max_num_seqs
 
     assert list(recommended_max_num_seqs([59.8, 15.0, 239.0, 210.0, 100.0, 130.0])) == [64, 16, 256, 256, 128, 136]
+
+
+def test_fused_blocked_evaluate_equals_the_modular_equations_bit_for_bit(catalog):
+    """evaluate() (blocks of BLOCK_ROWS, fused pass) = the composition of roofline/memory/economics."""
+    from planner.serving import evaluate as ev
+
+    rng = np.random.default_rng(1)
+    n = 2 * ev.BLOCK_ROWS + 77            # several blocks and a ragged last one
+    gpus = [g for g, spec in catalog.gpus.entries.items() if spec.bf16_tflops]
+    frame = pd.DataFrame({
+        "model": rng.choice(["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b"], n),
+        "gpu": rng.choice(gpus, n), "quantization": rng.choice(["bf16", "fp8"], n),
+        "kv_cache_dtype": rng.choice(["bf16", "fp8"], n), "tp": rng.choice([1, 2, 8], n),
+        "pp": rng.choice([1, 2, 4], n), "batch": rng.integers(1, 300, n),
+        "prompt_tokens": rng.integers(16, 9000, n), "output_tokens": rng.integers(2, 900, n),
+        "context_tokens": np.nan})
+    arrays, _ = config_arrays(catalog, frame)
+    params = ServingParams().with_overrides(memory_efficiency=rng.uniform(0.5, 0.9, n), step_overhead_s=1e-4)
+    users = rng.integers(1, 600, n).astype(float)
+    usd = rng.uniform(1, 5, n)
+    got = ev.evaluate(arrays, params, users=users, usd_per_gpu_hour=usd)
+    ref = ev.evaluate_reference(arrays, params, users=users, usd_per_gpu_hour=usd)
+    assert set(got) == set(ref)
+    for key in ref:
+        assert np.array_equal(np.asarray(got[key]), np.asarray(ref[key]),
+                              equal_nan=np.asarray(ref[key]).dtype.kind == "f"), key
+    assert (got["expert_read_fraction"][frame["model"].to_numpy() == "llama-3.1-8b"] == 0).all()

@@ -47,6 +47,9 @@ class SolverOptions:
     relative_gap_limit: float = 0.0
     log_search_progress: bool = False
     prove_unique_plan: bool = True
+    #: Canonical routing (lexicographic traffic stage); Pareto points skip it (cost and
+    #: replicas only).
+    canonical_routing: bool = True
 
     def __post_init__(self) -> None:
         problems = []

@@ -72,7 +72,7 @@ class Plan:
     gpus_by_type: dict[str, int]
 
 
-def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> SolveResult:
+def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint: dict | None = None) -> SolveResult:
     """Solve a built model to minimum cost, then pick the canonical optimal plan.
 
     Parameters
@@ -81,6 +81,9 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> S
         From :func:`build_model`; not mutated.
     options : SolverOptions
         Solver settings.
+    hint : dict, optional
+        Replicas per candidate id of a known plan (a neighbouring Pareto point's) to
+        start from instead of the greedy hint; candidates it omits are hinted 0.
 
     Returns
     -------
@@ -102,7 +105,10 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions()) -> S
     model = built.model.clone()
     if weight is not None:          # one solve: cost first, weighted-replica tie-break second
         model.minimize(weight * built.cost_expr + built.tie_break_expr)
-    _add_greedy_hint(model, built)
+    if hint is None:
+        _add_greedy_hint(model, built)
+    else:
+        _add_plan_hint(model, built, hint)
     solver = new_solver(options, options.time_limit_s)
     code = solver.solve(model)
     status = _STATUS.get(code, SolveStatus.UNKNOWN)
@@ -172,6 +178,14 @@ def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
             model.add_hint(var, int(value))
 
 
+def _add_plan_hint(model: cp_model.CpModel, built: BuiltModel, hint: dict) -> None:
+    """Hint the replicas (and use) of a known plan; CP-SAT repairs it where it no longer fits."""
+    for cid, var in built.replicas.items():
+        model.add_hint(var, int(hint.get(cid, 0)))
+    for cid, var in built.use.items():
+        model.add_hint(var, int(hint.get(cid, 0) > 0))
+
+
 def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
     """Turn a solution into deployment and routing tables.
 
@@ -220,7 +234,7 @@ def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
                 gpus_by_type={str(g): int(n) for g, n in sorted(gpus.items())})
 
 
-def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions()
+def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions(), hint: dict | None = None
           ) -> tuple[SolveResult, Plan | None]:
     """Build, solve and read in one call.
 
@@ -228,6 +242,8 @@ def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions()
     ----------
     instance : PlanningInstance
     options : SolverOptions
+    hint : dict, optional
+        Replicas per candidate id to start from (see :func:`run_solver`).
 
     Returns
     -------
@@ -235,5 +251,5 @@ def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions()
         The plan is None whenever no solution was found; never an empty plan.
     """
     built = build_model(instance)
-    result = run_solver(built, options)
+    result = run_solver(built, options, hint)
     return result, read_plan(built, result)

@@ -123,13 +123,15 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
         face.add(expr <= round(sub.objective_value))
         return True
 
-    def lexicographic(face, group: str, variables, stage: str) -> bool:
+    def lexicographic(face, group: str, variables, stage: str, forced=None) -> bool:
         start = time.perf_counter()
         deadline = start + options.time_limit_s
         done = True
         for pos, var in enumerate(variables):
             if getattr(inc, group)[pos] == 0:
                 face.add(var == 0)
+            elif forced is not None and forced[pos]:
+                face.add(var == int(getattr(inc, group)[pos]))
             elif not minimize(face, var, deadline):
                 done = False
                 break
@@ -149,12 +151,30 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
         report.proven_unique = lexicographic(face, "replicas", list(built.replicas), "unique_replicas")
         if not report.proven_unique:
             inc = kept
+    if not options.canonical_routing:
+        return inc.replicas, inc.traffic, report
     routing = _optimal_face(built, cost_units)
     for var, value in zip(built.replicas, inc.replicas):
         routing.add(var == int(value))
-    if not lexicographic(routing, "traffic", list(built.traffic), "routing"):
+    if not lexicographic(routing, "traffic", list(built.traffic), "routing", _forced_traffic(built, inc)):
         report.proven_unique = False
     return inc.replicas, inc.traffic, report
+
+
+def _forced_traffic(built: BuiltModel, inc: _Incumbent) -> np.ndarray:
+    """Traffic variables whose value the fixed replicas force (no solve needed).
+
+    With replicas fixed, only pairs of deployed candidates can carry traffic; a workload
+    with a single such pair routes all its units there.
+    """
+    pairs = built.traffic.index
+    if not len(pairs):
+        return np.zeros(0, dtype=bool)
+    deployed = inc.replicas[built.replicas.index.get_indexer(pairs.get_level_values("candidate_id"))] > 0
+    workloads = pairs.get_level_values("workload")
+    live = np.unique(np.asarray(workloads)[deployed], return_counts=True)
+    single = set(live[0][live[1] == 1])
+    return deployed & np.isin(np.asarray(workloads), list(single))
 
 
 def _optimal_face(built: BuiltModel, cost_units: int) -> cp_model.CpModel:

@@ -254,6 +254,10 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
                        f"({', '.join(d['gpus']) or 'none'}; others use its global fit)"
                        + (f" and engine {problem.spec.serving.engine}" if problem.spec.serving.engine else "")
                        + "; the problem's `serving:` overrides win over it."))
+        loose = {g: cal.gpu_status(g) for g in gpus_involved(result, doc) if not cal.gpu_status(g)["calibrated"]}
+        if loose:
+            b.append(("p", "Uncalibrated GPUs (no measurements of their own; their predictions are less certain): "
+                           + "; ".join(f"{g}: {s['calibration_prior']}" for g, s in sorted(loose.items())) + "."))
     b.append(("p", "Catalog versions: " + ", ".join(f"{k} {v}" for k, v in sorted(problem.catalog.versions.items()))
               + ". Cost per 1M tokens counts the output, input (prompt, prefix-cache hits included) or "
                 "total tokens of the whole traffic mix."))

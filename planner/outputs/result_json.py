@@ -42,7 +42,7 @@ def _workload_entry(r, margins: Margins) -> dict:
     return out
 
 
-def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins) -> dict:
+def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem=None) -> dict:
     mine = routing[routing["candidate_id"] == dep["candidate_id"]]
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
@@ -58,7 +58,22 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins) -> dict
         "planned_load_fraction": _none_if_nan(float(dep.get("planned_load_fraction", dep["load_fraction"]))),
         "workloads": {r.workload: _workload_entry(r, margins) for r in mine.itertuples()},
     }
+    out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
     return {k: v for k, v in out.items() if v is not None}
+
+
+def _calibration_fields(problem, gpu: str, workloads: dict) -> dict:
+    """``calibrated`` / ``calibration_status`` of the deployment's GPU, and the 80 % / 95 %
+    prediction intervals of each routed workload's p95 TTFT and TPOT (docs/accuracy.md)."""
+    from planner import parameters
+
+    if problem is None or problem.measured:
+        return {}
+    cal, engine = problem.calibration, problem.spec.serving.engine
+    for w in workloads.values():
+        w["intervals"] = parameters.prediction_intervals(
+            cal, {k: w.get(k) for k in ("ttft_p95_s", "tpot_p95_s")}, gpu, engine)
+    return parameters.gpu_status(cal, gpu)
 
 
 def _int(v):
@@ -89,7 +104,7 @@ def result_to_dict(result: PlanResult) -> dict:
             "usd_per_million_total_tokens": p.usd_per_million_total_tokens,
             "gpus": int(p.deployments["gpus"].sum()),
             "gpus_by_type": p.gpus_by_type,
-            "deployments": [_deployment(d, p.routing, margins) for _, d in p.deployments.iterrows()],
+            "deployments": [_deployment(d, p.routing, margins, problem) for _, d in p.deployments.iterrows()],
         })
     pareto = [] if result.pareto.empty else [
         {k: _none_if_nan(v) for k, v in row.items()} for row in result.pareto.to_dict(orient="records")]

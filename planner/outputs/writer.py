@@ -199,7 +199,7 @@ def plans_frame(doc: dict) -> pd.DataFrame:
 
 
 PARETO_COLUMNS = ["front", "metric", "target_s", "status", "usd_per_hour", "usd_per_million_tokens",
-                  "gpus", "deployments"]
+                  "gpus", "deployments", "binding"]
 
 
 def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
@@ -215,7 +215,7 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
         "plans.csv": csv_text(plans_frame(doc)),
         "pareto.csv": csv_text(result.pareto if not result.pareto.empty
                                else pd.DataFrame(columns=PARETO_COLUMNS)),
-        "candidates.csv": csv_text(result.candidates, index=True),
+        "candidates.csv": csv_text(_with_calibration_status(result), index=True),
     }
     images = plots.render_plots(result, doc)
     files.update(images)
@@ -258,3 +258,15 @@ def write_outputs(result, out_dir) -> Path:
     check_out_dir(out_dir)
     files, record = solve_files(result)
     return write_files(out_dir, files, record)
+
+
+def _with_calibration_status(result) -> pd.DataFrame:
+    """The candidates with a ``calibration_status`` column (calibrated / uncalibrated GPU)."""
+    from planner import parameters
+
+    frame = result.candidates
+    if result.problem.measured or "gpu" not in frame:
+        return frame
+    status = {g: parameters.gpu_status(result.problem.calibration, g)["calibration_status"]
+              for g in frame["gpu"].dropna().unique()}
+    return frame.assign(calibration_status=frame["gpu"].map(status))

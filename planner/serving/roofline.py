@@ -22,9 +22,12 @@ def ridge_point(peak_flops_per_s, bandwidth_bytes_per_s) -> np.ndarray:
 
 def expert_read_fraction(c: ConfigArrays, tokens) -> np.ndarray:
     """Expected fraction of routed experts a step touches: 1 - (1 - k/E)^tokens (0 dense)."""
+    moe = c.num_experts > 0
+    if not np.any(moe):     # dense models only: no power to take
+        return np.zeros(np.broadcast_shapes(moe.shape, np.shape(tokens)))
     with np.errstate(divide="ignore", invalid="ignore"):
-        miss = np.where(c.num_experts > 0, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
-    return np.where(c.num_experts > 0, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
+        miss = np.where(moe, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
+    return np.where(moe, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
 
 
 def weight_read_bytes(c: ConfigArrays, tokens) -> np.ndarray:
@@ -190,6 +193,8 @@ class StepModel:
         self.hop_per_row = pp_hop_time_s(c, p, 1.0) - pp_hop_time_s(c, p, 0.0)
         self.fixed = pp_hop_time_s(c, p, 0.0) + p.step_overhead_s + self.comm_fixed
         self.prompt_tokens = c.prompt_tokens
+        # Dense models read no routed experts: the expert term is exactly 0 (no power).
+        self.has_experts = bool(np.any(self.expert_bytes > 0))
 
     def time(self, decode_batch, prefill_tokens=0.0, prompt_tokens=None) -> np.ndarray:
         """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
@@ -197,13 +202,20 @@ class StepModel:
         n = np.asarray(decode_batch, dtype=float)
         t = np.asarray(prefill_tokens, dtype=float)
         pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
-        rows = micro_batch(n + t, self.pp)
-        read = (self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows)
-                + micro_batch(n, self.pp) * self.pp * self.kv_bytes_per_decoder)
+        # Speed (same numbers): the decoders' micro-batch once; a decode-only step (t = 0)
+        # has rows = that micro-batch and no prefill term (0 x a finite cost, added to a
+        # positive time); a dense model no expert term.
+        decoders = micro_batch(n, self.pp)
+        decode_only = t.ndim == 0 and t == 0.0
+        rows = decoders if decode_only else micro_batch(n + t, self.pp)
+        read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) if self.has_experts \
+            else self.dense_bytes + self.expert_bytes * 0.0
+        read = read + decoders * self.pp * self.kv_bytes_per_decoder
         t_mem = read * self.mem_s_per_byte
-        t_comp = (micro_batch(n, self.pp) * self.decode_flops
-                  + micro_batch(t, self.pp) * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
-                  ) * self.pp * self.comp_s_per_flop
+        flops = decoders * self.decode_flops
+        if not decode_only:
+            flops = flops + micro_batch(t, self.pp) * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
+        t_comp = flops * self.pp * self.comp_s_per_flop
         return np.maximum(t_mem, t_comp) + self.comm_per_row * rows + self.hop_per_row * rows + self.fixed
 
 
