@@ -28,6 +28,20 @@ def _resolve(catalog: Catalog, model: str, gpu: str | None, quant: str, kv_dtype
     return m, g, q, k
 
 
+def check_parallelism(model, gpu, tp: int, pp: int) -> None:
+    """The rules the planner's search applies (``planner.search.REASONS``), for one configuration:
+    tp divides the attention heads and fits the GPU's scale-up domain, pp <= layers."""
+    problems = []
+    if model.num_attention_heads % tp:
+        problems.append(f"--tp: {tp} does not divide {model.id}'s {model.num_attention_heads} attention heads")
+    if gpu is not None and tp > gpu.max_gpus_per_scale_up_domain:
+        problems.append(f"--tp: {tp} exceeds {gpu.id}'s scale-up domain of {gpu.max_gpus_per_scale_up_domain} GPUs")
+    if pp > model.num_layers:
+        problems.append(f"--pp: {pp} exceeds {model.id}'s {model.num_layers} layers")
+    if problems:
+        raise PlanningInputError(problems)
+
+
 def config_params(catalog: Catalog, model, gpu, quant, calibration: str | None = "none",
                   overrides: dict | None = None, engine: str | None = None):
     """``(calibration, ServingParams)`` of one configuration, resolved as every command does.
@@ -58,6 +72,15 @@ def _check_positive(**values) -> None:
         raise PlanningInputError(problems)
 
 
+#: Shortest mean context of ``knee`` and ``sweep`` [tokens] (B_knee divides by the KV bytes of it).
+MIN_CONTEXT_TOKENS = 1
+
+
+def _check_context(context: float) -> None:
+    if not context >= MIN_CONTEXT_TOKENS:
+        raise PlanningInputError(f"--context: must be >= {MIN_CONTEXT_TOKENS} token, got {context}")
+
+
 def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int = 1,
                 quant: str = "bf16", kv_dtype: str = "bf16", batch: int = 1,
                 users: int | None = None, prompt: int = 1024, output: int = 256,
@@ -77,6 +100,7 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
     if context is not None and context < 0:
         raise PlanningInputError(f"--context: must be >= 0, got {context}")
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    check_parallelism(m, g, tp, pp)
     cal, resolved = config_params(catalog, m, g, q, calibration, overrides, engine)
     params = params or resolved
     users = batch if users is None else users
@@ -118,7 +142,7 @@ INTERVAL_QUANTITIES = ("ttft_s", "tpot_s", "throughput_tokens_per_s", "ttft_p95_
 def knee(catalog: Catalog, *, model: str, context: float, quant: str = "bf16",
          kv_dtype: str = "bf16") -> dict:
     """B_knee = model bytes / KV bytes per sequence, and the recommended max_num_seqs."""
-    _check_positive(context=context)
+    _check_context(context)
     m, _, q, k = _resolve(catalog, model, None, quant, kv_dtype)
     any_gpu = next(iter(catalog.gpus.entries))
     frame = _frame(m, catalog.gpu(any_gpu), q, k, 1, 1, [1], context, 0, context)
@@ -138,8 +162,10 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
     """TPOT, throughput, per-user speed and bound per batch size at a fixed context."""
     if not batches:
         raise PlanningInputError("--batches: give at least one batch size")
-    _check_positive(context=context, tp=tp, pp=pp, **{"batches": min(batches)})
+    _check_context(context)
+    _check_positive(tp=tp, pp=pp, **{"batches": min(batches)})
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
+    check_parallelism(m, g, tp, pp)
     cal, resolved = config_params(catalog, m, g, q, calibration, overrides, engine)
     params = params or resolved
     frame = _frame(m, g, q, k, tp, pp, list(batches), context, 0, context)
@@ -166,6 +192,9 @@ def train(catalog: Catalog, *, params: float, tokens: float, gpu: str, gpus: int
     if mfu > 1:
         raise PlanningInputError(f"--mfu: must be a fraction in (0, 1], got {mfu}")
     g = catalog.gpu(gpu, "--gpu")
+    if g.peak_flops_per_s("bf16") is None:
+        raise PlanningInputError(f"--gpu: {g.id} has no BF16 TFLOPS figure in the catalog (unknown compute); "
+                                 "add one with a source to use it")
     out = economics.training_estimate(params, tokens, g.peak_flops_per_s("bf16"), gpus, mfu)
     m = micro_batches if micro_batches is not None else pp
     out.update({"params": params, "tokens": tokens, "gpu": g.id, "gpus": gpus, "mfu": mfu,

@@ -89,7 +89,12 @@ class Catalog:
         if str(name).endswith(".json"):
             from planner.hf_import import model_from_hf_config
 
-            return model_from_hf_config(name)
+            try:
+                return model_from_hf_config(name)
+            except PlanningInputError as exc:
+                if not where:
+                    raise
+                raise PlanningInputError([f"{where}: {p}" for p in exc.problems]) from None
         return self.models.resolve(name, where)
 
     def weight_format(self, name: str, where: str = "") -> WeightFormat:

@@ -11,6 +11,8 @@ from planner import jsonio
 from planner.schema import PlanningInputError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
+#: The solver's time limit ran out with no plan and no proof of infeasibility (status "unknown").
+EXIT_UNKNOWN = 4
 
 
 class UsageError(Exception):
@@ -191,13 +193,18 @@ def cmd_solve(args) -> int:
     if args.out:
         from planner.outputs.writer import write_outputs
 
-        write_outputs(result, args.out)
+        try:
+            write_outputs(result, args.out)
+        except OSError as exc:  # disk full, permissions changed meanwhile: nothing was replaced
+            raise PlanningInputError(f"--out {args.out}: cannot write: {exc}") from None
         print(f"wrote {args.out}", file=sys.stderr)
     if args.json:
         print(jsonio.dumps(result_to_dict(result)))
     else:
         print(result_text(result))
-    return EXIT_OK if result.plans else EXIT_INFEASIBLE
+    if result.plans:
+        return EXIT_OK
+    return EXIT_UNKNOWN if result.status == "unknown" else EXIT_INFEASIBLE
 
 
 def _with_margins(problem, args):
@@ -349,9 +356,23 @@ _EXTRA_COMMANDS: list = []
 
 
 def main(argv=None) -> int:
+    from planner.interrupt import exit_code, handling_signals
+
+    try:
+        with handling_signals():
+            return _run(argv)
+    except KeyboardInterrupt as exc:  # a signal between the handlers' install and _run
+        return exit_code(exc)
+
+
+def _run(argv) -> int:
+    from planner.cli_checks import check_flags
+    from planner.interrupt import exit_code
+
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        check_flags(parser, args)
         return args.func(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -360,8 +381,9 @@ def main(argv=None) -> int:
         for line in exc.problems:
             print(f"error: {line}", file=sys.stderr)
         return EXIT_INPUT
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C (130), SIGTERM (143), SIGHUP (129): cleanup has run
+        print("interrupted", file=sys.stderr)
+        return exit_code(exc)
     except BrokenPipeError:  # output piped into `head`: not an error
         sys.stderr.close()
         return EXIT_OK

@@ -151,7 +151,7 @@ def cmd_simulate(args) -> int:
 
 def _replica(args) -> dict:
     from planner import parameters
-    from planner.calculators import _frame, _resolve, config_params
+    from planner.calculators import _frame, _resolve, check_parallelism, config_params
     from planner.cli import _catalog, _overrides
     from planner.configs import config_arrays
     from planner.serving import memory
@@ -185,6 +185,7 @@ def _replica(args) -> dict:
     catalog = _catalog(args)
     tp, pp = args.tp or 1, args.pp or 1
     m, g, q, k = _resolve(catalog, args.model, args.gpu, args.quant or "bf16", args.kv_dtype or "bf16")
+    check_parallelism(m, g, tp, pp)
     frame = _frame(m, g, q, k, tp, pp, [settings["max_batch"]], lengths["prompt"].mean,
                    lengths["output"].mean, None)
     arrays, fallback = config_arrays(catalog, frame, models={m.id: m})

@@ -11,10 +11,12 @@ attention projections, FFN/experts and routers; norms and biases are ignored (< 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from planner import limits
 from planner.schema import ModelSpec, PlanningInputError
 from planner.yamlio import validation_problems
 
@@ -70,6 +72,14 @@ def _sliding(c: dict, n_layers: int) -> tuple[int | None, int]:
     return None, 0
 
 
+def imported_model_id(path: Path) -> str:
+    """The model id of an imported config: its file name (``org--name_config.json`` -> ``name``),
+    lower-cased, with every run of characters outside ``a-z 0-9 . _ -`` replaced by ``-``
+    (so a hostile file name never reaches a launch script or a report as written)."""
+    stem = path.name.removesuffix(".json").removesuffix("_config").split("--")[-1].lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", stem).strip("-._")[:64] or "imported-model"
+
+
 def model_from_hf_config(path: str | Path, model_id: str | None = None) -> ModelSpec:
     """Read a HuggingFace ``config.json`` into a :class:`ModelSpec`.
 
@@ -80,18 +90,61 @@ def model_from_hf_config(path: str | Path, model_id: str | None = None) -> Model
     """
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(limits.read_text_bounded(path))
     except FileNotFoundError:
         raise PlanningInputError(f"{path}: file not found") from None
-    except (OSError, ValueError) as exc:
-        raise PlanningInputError(f"{path}: not a readable JSON config: {exc}") from None
-    c = {**raw, **raw.get("text_config", {})}
+    except (OSError, ValueError, RecursionError) as exc:
+        raise PlanningInputError(f"{path}: not a readable JSON config: {exc}"[:300]) from None
+    if not isinstance(raw, dict):
+        raise PlanningInputError(f"{path}: expected a JSON object at the top level, got {type(raw).__name__}")
+    text_config = raw.get("text_config") or {}
+    if not isinstance(text_config, dict):
+        raise PlanningInputError(f"{path}: text_config: expected a JSON object, got {type(text_config).__name__}")
+    c = {**raw, **text_config}
+    problems = _field_problems(c)
+    if problems:
+        raise PlanningInputError([f"{path}: {p}" for p in problems])
     try:
-        n_layers = c["num_hidden_layers"]
-        d = c["hidden_size"]
-        heads = c["num_attention_heads"]
-    except KeyError as exc:
-        raise PlanningInputError(f"{path}: missing field {exc.args[0]} (not a decoder-only LLM config?)") from None
+        return _model_spec(c, path, model_id)
+    except PlanningInputError:
+        raise
+    except (KeyError, TypeError, ValueError, ZeroDivisionError, IndexError) as exc:
+        what = f"missing field {exc.args[0]}" if isinstance(exc, KeyError) else f"{type(exc).__name__}: {exc}"
+        raise PlanningInputError(f"{path}: malformed config ({what}"[:300] + ")") from None
+
+
+#: Integer fields read from a config.json: must be integers >= 1 when present and not null ...
+_POSITIVE_INT_FIELDS = (
+    "num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+    "intermediate_size", "intermediate_size_mlp", "moe_intermediate_size", "shared_expert_intermediate_size",
+    "kv_lora_rank", "q_lora_rank", "v_head_dim", "num_local_experts", "num_experts", "n_routed_experts",
+    "num_experts_per_tok", "experts_per_token", "max_position_embeddings", "sliding_window",
+    "attention_chunk_size", "interleave_moe_layer_step", "decoder_sparse_step", "vocab_size")
+#: ... and these >= 0.
+_NON_NEGATIVE_INT_FIELDS = ("qk_rope_head_dim", "qk_nope_head_dim", "first_k_dense_replace", "n_shared_experts",
+                            "max_window_layers")
+#: Largest value of an integer config field (sizes beyond it overflow the int64 arrays).
+MAX_CONFIG_INT = 2**31
+
+
+def _field_problems(c: dict) -> list[str]:
+    """Type and range problems of the integer fields, one line per field."""
+    out = []
+    for key in _POSITIVE_INT_FIELDS + _NON_NEGATIVE_INT_FIELDS:
+        value = c.get(key)
+        if value is None:
+            continue
+        low = 1 if key in _POSITIVE_INT_FIELDS else 0
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_CONFIG_INT:
+            out.append(f"{key}: expected an integer in [{low}, {MAX_CONFIG_INT}], got {value!r}"[:200])
+    return out
+
+
+def _model_spec(c: dict, path: Path, model_id: str | None) -> ModelSpec:
+    n_layers, d, heads = (c.get(k) for k in ("num_hidden_layers", "hidden_size", "num_attention_heads"))
+    for key, value in (("num_hidden_layers", n_layers), ("hidden_size", d), ("num_attention_heads", heads)):
+        if value is None:
+            raise PlanningInputError(f"{path}: missing field {key} (not a decoder-only LLM config?)")
     kv_heads = c.get("num_key_value_heads") or heads
     head_dim = c.get("head_dim") or d // heads
     vocab = c.get("vocab_size", 0)
@@ -110,7 +163,7 @@ def model_from_hf_config(path: str | Path, model_id: str | None = None) -> Model
     active = total - routed * (1 - k / experts) if experts else total
     window, window_layers = _sliding(c, n_layers)
 
-    name = model_id or path.name.removesuffix(".json").removesuffix("_config").split("--")[-1].lower()
+    name = model_id or imported_model_id(path)
     try:
         return ModelSpec(
             id=name, name=name, hf_config=str(path),

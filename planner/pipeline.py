@@ -282,14 +282,16 @@ def solver_summary(result) -> dict:
 
 
 def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
-         pareto: bool = True, fronts: str | None = None, verify: bool = False) -> PlanResult:
+         pareto: bool = True, fronts: str | None = None, verify: bool = False,
+         diagnose: bool = True) -> PlanResult:
     """Solve a problem: ranked plans, Pareto fronts, and a diagnosis when infeasible.
 
     ``fronts`` (default: the problem's ``optimize.fronts``) picks the fronts, see
     :func:`planner.pareto.pareto_fronts`; ``pareto=False`` skips them. ``verify`` simulates
-    every deployment of the plans (:mod:`planner.verify`).
+    every deployment of the plans (:mod:`planner.verify`). ``diagnose=False``: no
+    diagnosis (the diagnosis's own re-solves).
     """
-    from planner.diagnosis import diagnose
+    from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
     from planner.pareto import pareto_fronts
 
     t0 = time.perf_counter()
@@ -299,16 +301,19 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     instance = planning_instance(problem, candidates)
     k = top_k or problem.spec.optimize.top_k
     opt = problem.spec.optimize
+    solves: list = []
     found = plan_alternatives(
         instance, k, options,
         min_load_fraction=(MIN_ALTERNATIVE_LOAD_FRACTION if opt.min_alternative_load_fraction is None
                            else opt.min_alternative_load_fraction),
         face_limit=EQUAL_COST_PLANS_LIMIT if opt.equal_cost_plans is None else opt.equal_cost_plans,
+        statuses=solves,
     ) if instance is not None else []
     first = found[0].result if found else None
     t_solve = time.perf_counter() - t0 - t_search
     plans = _rank_plans(problem, candidates, found, k)
-    status = str(first.status) if first is not None and plans else "infeasible"
+    undecided = not plans and bool(solves) and solves[0].status == SolveStatus.UNKNOWN
+    status = str(first.status) if first is not None and plans else "unknown" if undecided else "infeasible"
     counts = {"enumerated": int(len(candidates)), "feasible": int(candidates["feasible"].sum()),
               "rejected": rejection_counts(candidates) if "infeasible_reason" in candidates else {}}
     if instance is not None:
@@ -318,23 +323,32 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         counts["in_model"] = int(len(instance.candidates) - len(pruned))
         counts["pruned_dominated"] = counts["feasible"] - counts["in_model"]
     front_mode, fronts = fronts, pd.DataFrame()
+    t_pareto = 0.0          # only the fronts' own time (0 with --no-pareto)
     if plans and pareto and not problem.measured:
+        t_fronts = time.perf_counter()
         used = sorted({g for p in plans for g in p.gpus_by_type})
         fronts = pareto_fronts(problem, candidates, options, fronts=front_mode or problem.spec.optimize.fronts,
                                used_gpus=used, optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
-    t_pareto = time.perf_counter() - t0 - t_search - t_solve
+        t_pareto = time.perf_counter() - t_fronts
     timings = {"search": t_search, "solve": t_solve, "pareto": t_pareto}
     if verify:
         from planner.verify import verify_plans
 
+        t_verify = time.perf_counter()
         plans = verify_plans(problem, candidates, plans)
-        timings["verify"] = time.perf_counter() - t0 - t_search - t_solve - t_pareto
-    diagnosis = [] if plans else diagnose(problem, candidates, instance, options)
+        timings["verify"] = time.perf_counter() - t_verify
+    if plans or not diagnose:
+        diagnosis = []
+    elif undecided:
+        diagnosis = [undecided_finding(options)]
+    else:
+        diagnosis = diagnose_problem(problem, candidates, instance, options)
     daily = None
     if plans and (problem.spec.load_profile or any(w.load_profile for w in problem.spec.workloads)):
         from planner.procurement.profile import daily_plan
 
         daily = daily_plan(problem, plans[0], time_limit_s=time_limit_s)
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
-                      solver=solver_summary(first), counts=counts, diagnosis=diagnosis, daily=daily,
+                      solver=solver_summary(first if first is not None or not undecided else solves[0]),
+                      counts=counts, diagnosis=diagnosis, daily=daily,
                       timings_s={**timings, "total": time.perf_counter() - t0}, verified=verify)

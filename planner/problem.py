@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 from pathlib import Path
 from typing import Literal
 
@@ -345,11 +346,17 @@ def _length(spec: LengthSpec | None) -> LengthDistribution | None:
 
 
 def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
+    from planner import limits
+
     try:
+        if path.stat().st_size > limits.MAX_TRACE_FILE_BYTES:
+            raise PlanningInputError(f"{where}: {path} is larger than {limits.MAX_TRACE_FILE_BYTES:,} bytes")
         with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise PlanningInputError(f"{where}: cannot read {path}: {exc}") from None
+            rows = list(itertools.islice(csv.DictReader(fh), limits.MAX_TRACE_ROWS + 1))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise PlanningInputError(f"{where}: cannot read {path} as a UTF-8 CSV: {exc}"[:300]) from None
+    if len(rows) > limits.MAX_TRACE_ROWS:
+        raise PlanningInputError(f"{where}: {path} has more than {limits.MAX_TRACE_ROWS:,} rows")
     try:
         prompts = tuple(int(r["prompt_tokens"]) for r in rows)
         outputs = tuple(int(r["output_tokens"]) for r in rows)
@@ -357,6 +364,8 @@ def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
         raise PlanningInputError(f"{where}: {path} needs integer columns prompt_tokens,output_tokens") from None
     if not prompts or min(prompts) < 1 or min(outputs) < 1:
         raise PlanningInputError(f"{where}: {path} needs at least one row with tokens >= 1")
+    if max(prompts + outputs) > limits.MAX_TOKENS:
+        raise PlanningInputError(f"{where}: {path} has token counts above {limits.MAX_TOKENS:,}")
     ones = (1.0,) * len(prompts)
     return Empirical(prompts, ones, "trace"), Empirical(outputs, ones, "trace")
 
@@ -489,9 +498,18 @@ def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:
     PlanningInputError
         One line per problem, each naming the file and the YAML path of the field.
     """
+    from planner import limits
+
     catalog = catalog or load_catalog()
     spec = parse_model(ProblemSpec, read_yaml(path), str(path))
     try:
-        return resolve_problem(spec, str(path), catalog)
+        beyond = limits.check_spec(spec)
+        if beyond:
+            raise PlanningInputError(beyond)
+        problem = resolve_problem(spec, str(path), catalog)
+        beyond = limits.check_problem(problem)
+        if beyond:
+            raise PlanningInputError(beyond)
+        return problem
     except PlanningInputError as exc:
         raise PlanningInputError([f"{path}: {p}" for p in exc.problems]) from None

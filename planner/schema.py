@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+import types
+import typing
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -22,10 +24,71 @@ class PlanningInputError(ValueError):
         super().__init__("\n".join(self.problems))
 
 
+def _scalar_kinds(annotation) -> set | None:
+    """The scalar kinds (``bool``, ``number``, ``str``) a field annotation accepts at its top
+    level, or None when it accepts anything (a model, a date, ``Any``)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds: set = set()
+        for arg in typing.get_args(annotation):
+            sub = _scalar_kinds(arg)
+            if sub is None:
+                return None
+            kinds |= sub
+        return kinds
+    if origin is typing.Literal:
+        return {"bool" if isinstance(a, bool) else "number" if isinstance(a, (int, float)) else "str"
+                for a in typing.get_args(annotation)}
+    if annotation is type(None):
+        return set()
+    if annotation is bool:
+        return {"bool"}
+    if annotation in (int, float):
+        return {"number"}
+    if annotation is str:
+        return {"str"}
+    return None
+
+
+def _strict_scalar_problem(value, annotation) -> str | None:
+    """Why a scalar (or the items of a tuple, the values of a mapping) has the wrong kind."""
+    origin = typing.get_origin(annotation)
+    if origin is tuple and isinstance(value, (list, tuple)):
+        item = typing.get_args(annotation)[0] if typing.get_args(annotation) else None
+        return next((p for v in value if (p := _strict_scalar_problem(v, item))), None)
+    if origin is dict and isinstance(value, dict):
+        args = typing.get_args(annotation)
+        return next((p for v in value.values() if (p := _strict_scalar_problem(v, args[1]))), None) \
+            if len(args) == 2 else None
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            if typing.get_origin(arg) in (tuple, dict) and isinstance(value, (list, tuple, dict)):
+                return _strict_scalar_problem(value, arg)
+    kinds = _scalar_kinds(annotation) if annotation is not None else None
+    if kinds is None:
+        return None
+    kind = "bool" if isinstance(value, bool) else "number" if isinstance(value, (int, float)) else \
+        "str" if isinstance(value, str) else None
+    if kind is None or kind in kinds or not kinds:
+        return None
+    want = " or ".join(sorted({"number": "a number", "bool": "true/false", "str": "a string"}[k] for k in kinds))
+    return f"expected {want}, got {value!r} (no implicit conversion)"
+
+
 class Strict(BaseModel):
-    """Base of every input model: immutable, unknown keys rejected."""
+    """Base of every input model: immutable, unknown keys rejected, no silent type coercion
+    (``true``, ``"40"`` or ``"0x28"`` where a number is expected are errors, not 1 or 40)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_coercion(cls, value, info):
+        field = cls.model_fields.get(info.field_name)
+        why = _strict_scalar_problem(value, field.annotation) if field is not None else None
+        if why:
+            raise ValueError(why)
+        return value
 
 
 CatalogId = str

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner import limits
+
 #: z-score of the 95th percentile of a standard normal.
 Z95 = 1.6448536269514722
 
@@ -112,6 +114,11 @@ class Empirical:
 LengthDistribution = Fixed | LogNormal | Empirical
 
 
+def _check_tokens(tokens: float) -> None:
+    if tokens > limits.MAX_TOKENS:
+        raise ValueError(f"{tokens:.6g} tokens is above the limit of {limits.MAX_TOKENS}")
+
+
 def parse_length_spec(text: str) -> LengthDistribution:
     """CLI form: ``1200`` | ``mean=1200,p95=3000`` | ``hist=128:0.5,1024:0.5``.
 
@@ -122,8 +129,9 @@ def parse_length_spec(text: str) -> LengthDistribution:
     """
     text = text.strip()
     if text.isdigit():
-        if int(text) < 1:
-            raise ValueError("must be >= 1 token")
+        if len(text) > limits.MAX_INT_DIGITS or int(text) < 1:
+            raise ValueError(f"must be a whole number of tokens in [1, {limits.MAX_TOKENS}]")
+        _check_tokens(int(text))
         return Fixed(int(text))
     if text.startswith("hist="):
         pairs = [p.split(":") for p in text[5:].split(",") if p]
@@ -134,10 +142,19 @@ def parse_length_spec(text: str) -> LengthDistribution:
             raise ValueError(f"expected hist=TOKENS:WEIGHT,..., got '{text}'") from None
         if not tokens or min(tokens) < 1 or min(weights) < 0 or sum(weights) <= 0:
             raise ValueError("histogram needs tokens >= 1 and non-negative weights with a positive sum")
+        if not all(math.isfinite(w) for w in weights) or not math.isfinite(sum(weights)):
+            raise ValueError("histogram weights must be finite numbers")
+        _check_tokens(max(tokens))
         return Empirical(tokens, weights)
     fields = dict(p.split("=", 1) for p in text.split(",") if "=" in p)
     if set(fields) == {"mean", "p95"}:
-        mean, p95 = float(fields["mean"]), float(fields["p95"])
+        try:
+            mean, p95 = float(fields["mean"]), float(fields["p95"])
+        except ValueError:
+            raise ValueError(f"expected mean=M,p95=Q with numbers, got '{text}'") from None
+        if not (math.isfinite(mean) and math.isfinite(p95)):
+            raise ValueError("mean and p95 must be finite numbers")
+        _check_tokens(max(mean, p95))
         why = LogNormal.check(mean, p95)
         if why:
             raise ValueError(why)

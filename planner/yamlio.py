@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import typing
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from planner import limits
 from planner.schema import PlanningInputError
 
 
@@ -88,8 +90,12 @@ def validation_problems(exc: ValidationError, root: str = "", model: type[BaseMo
 
 
 def _reject_nan(node: Any, loc: tuple, problems: list[str]) -> None:
+    """NaN, infinities and numbers beyond :data:`planner.limits.MAX_ABS_NUMBER`, by YAML path."""
     if isinstance(node, float) and (math.isnan(node) or math.isinf(node)):
         problems.append(f"{yaml_path(loc)}: must be a finite number, not {node}")
+    elif isinstance(node, (int, float)) and not isinstance(node, bool) and abs(node) > limits.MAX_ABS_NUMBER:
+        problems.append(f"{yaml_path(loc)}: {node:.3g} is beyond the planner's range "
+                        f"(|x| <= {limits.MAX_ABS_NUMBER:.0e})")
     elif isinstance(node, dict):
         for key, value in node.items():
             _reject_nan(value, loc + (key,), problems)
@@ -102,25 +108,112 @@ def _reject_nan(node: Any, loc: tuple, problems: list[str]) -> None:
 #: Both are "safe" loaders: plain data only, no arbitrary Python objects.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float"))
+
+
+class _StrictLoader(_SAFE_LOADER):
+    """A safe loader with YAML 1.2 core scalars: ``true``/``false`` only are booleans and
+    integers are decimal, so ``yes``, ``on``, ``0x28``, ``010`` and ``1:20`` stay strings
+    (and are rejected where a number is expected) instead of being coerced silently."""
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+    for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+_StrictLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(_FLOAT, re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."))
+
+
+def _construct_int(loader, node):
+    text = loader.construct_scalar(node).replace("_", "")
+    digits = len(text.lstrip("+-"))
+    if digits > limits.MAX_INT_DIGITS:
+        raise yaml.constructor.ConstructorError(
+            None, None, f"an integer of {digits} digits (at most {limits.MAX_INT_DIGITS})", node.start_mark)
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(None, None, f"not a decimal integer: {text!r}",
+                                                node.start_mark) from None
+
+
+_StrictLoader.add_constructor(_INT, _construct_int)
+
+
+def _shape_problem(data: Any) -> str | None:
+    """Why a parsed document is too big or too deep (aliases counted expanded), or None.
+
+    Walks each distinct list/mapping once (aliases share objects), without recursion, so a
+    "billion laughs" file or 10,000 nested lists are rejected in linear time.
+    """
+    done: dict[int, tuple[int, int]] = {}     # id -> (expanded nodes, depth)
+    open_ids: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(data, False)]
+    while stack:
+        node, finished = stack.pop()
+        if not isinstance(node, (dict, list)) or (not finished and id(node) in done):
+            continue
+        children = list(node.values()) if isinstance(node, dict) else node
+        if finished:
+            size, depth = 1 + len(node) if isinstance(node, dict) else 1, 0
+            for child in children:
+                sub = done.get(id(child), (1, 0)) if isinstance(child, (dict, list)) else (1, 0)
+                size, depth = size + sub[0], max(depth, sub[1])
+            done[id(node)] = (size, depth + 1)
+            open_ids.discard(id(node))
+            if size > limits.MAX_YAML_NODES:
+                return (f"expands to more than {limits.MAX_YAML_NODES:,} values "
+                        "(a YAML alias bomb, or far more data than a problem file holds)")
+            if depth + 1 > limits.MAX_YAML_DEPTH:
+                return f"nests lists/mappings deeper than {limits.MAX_YAML_DEPTH} levels"
+            continue
+        if id(node) in open_ids:
+            return "contains a recursive YAML alias (a list or mapping inside itself)"
+        open_ids.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if id(child) in open_ids:
+                    return "contains a recursive YAML alias (a list or mapping inside itself)"
+                stack.append((child, False))
+    return None
+
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file with a safe loader; errors name the file and line."""
+    """Parse a YAML file with a safe, strict loader; errors name the file and line.
+
+    Raises
+    ------
+    PlanningInputError
+        Missing, unreadable or over-large file, a syntax error, a document that expands
+        beyond :data:`planner.limits.MAX_YAML_NODES` values or nests deeper than
+        :data:`planner.limits.MAX_YAML_DEPTH`, a NaN/inf, or a number beyond
+        :data:`planner.limits.MAX_ABS_NUMBER`.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = limits.read_text_bounded(path)
     except FileNotFoundError:
         raise PlanningInputError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:
         raise PlanningInputError(f"{path}: cannot read: {exc}") from None
     try:
-        data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 (a safe loader)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise PlanningInputError(f"{path}:{where}: YAML syntax error: {problem}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. a timestamp out of range
+        raise PlanningInputError(f"{path}: cannot parse: {type(exc).__name__}: {exc}"[:300]) from None
     if data is None:
         raise PlanningInputError(f"{path}: file is empty")
+    shape = _shape_problem(data)
+    if shape:
+        raise PlanningInputError(f"{path}: {shape}")
     problems: list[str] = []
     _reject_nan(data, (), problems)
     if problems:

@@ -61,7 +61,7 @@ class FoundPlan:
 
 def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions = SolverOptions(), *,
                       min_load_fraction: float = MIN_ALTERNATIVE_LOAD_FRACTION,
-                      face_limit: int = EQUAL_COST_PLANS_LIMIT) -> list[FoundPlan]:
+                      face_limit: int = EQUAL_COST_PLANS_LIMIT, statuses: list | None = None) -> list[FoundPlan]:
     """The optimum, its equal-cost face, and enough admissible alternatives for k ranks.
 
     Parameters
@@ -74,6 +74,9 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         In [0, 1): least load of each deployment of an alternative.
     face_limit : int, default EQUAL_COST_PLANS_LIMIT
         Most equal-cost distinct sets enumerated for rank 1 (>= 1).
+    statuses : list, optional
+        Receives the :class:`SolveResult` of every solve, in order (the first tells an
+        infeasible instance from one whose feasibility the time limit left undecided).
 
     Returns
     -------
@@ -122,6 +125,8 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
             _add_min_load(loaded, built, min_load_fraction)
         model = plain if forced or not found else loaded
         result = run_solver(replace(built, model=model), options)
+        if statuses is not None:
+            statuses.append(result)
         if result.status == SolveStatus.INFEASIBLE and model is loaded:
             forced = True
             continue

@@ -124,7 +124,7 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     upper = replica_upper_bounds(scaling, q.to_numpy(), can_spare)
     problems = check_magnitudes(upper, price_units, budget_units)
     if problems:
-        raise PlanningInputError([f"optimizer scaling: {p}" for p in problems])
+        raise PlanningInputError(problems)
     for pos, gpu in enumerate(cands["gpu"]):
         if gpu in instance.inventory_gpus:
             upper[pos] = min(upper[pos], instance.inventory_gpus[gpu] // gpr[pos])

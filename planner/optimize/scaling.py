@@ -108,8 +108,9 @@ def scale_loads(rate_per_s, traffic_units, capacity_per_s) -> LoadScaling:
                 for row in loads]
         overestimate = sum(q) / LOAD_UNITS_PER_REPLICA
         if not all(_row_fits(row, LOAD_UNITS_PER_REPLICA, q) for row in coef):
-            raise PlanningInputError("optimizer scaling: load rows exceed the overflow guard "
-                                     "(rates far above capacities?)")
+            raise PlanningInputError("workloads[].rate_per_s: the traffic needs more replicas than the "
+                                     "optimizer's integer range holds (optimizer scaling overflow guard: rates "
+                                     "far above the candidates' capacities)")
     else:
         overestimate = 0.0
     return LoadScaling(coef=np.array(coef, dtype=np.int64).reshape(n, m),
@@ -132,5 +133,7 @@ def check_magnitudes(upper, price_units, budget_units) -> list[str]:
     """Overflow guard on the cost rows (load rows are guarded in :func:`scale_loads`)."""
     cost = sum(int(p) * int(b) for p, b in zip(price_units, upper))
     if cost > MAX_SCALED_MAGNITUDE or (budget_units or 0) > MAX_SCALED_MAGNITUDE:
-        return ["cost exceeds the overflow guard (prices or budget too large)"]
+        return ["workloads[].rate_per_s, prices, budget_usd_per_hour: the plan's cost bound exceeds the "
+                "optimizer's integer range (optimizer scaling overflow guard: rates far above capacities, "
+                "or prices or budget too large)"]
     return []

@@ -38,8 +38,11 @@ class _Incumbent:
 
 
 def new_solver(options: SolverOptions, time_limit_s: float) -> cp_model.CpSolver:
-    """A CpSolver configured from options (time limit given separately)."""
-    solver = cp_model.CpSolver()
+    """A CpSolver configured from options (time limit given separately); it keeps the
+    planner's signal handlers (:class:`planner.interrupt.InterruptibleSolver`)."""
+    from planner.interrupt import InterruptibleSolver
+
+    solver = InterruptibleSolver()
     params = solver.parameters
     params.max_time_in_seconds = max(time_limit_s, 1e-3)
     params.num_workers = options.num_workers

@@ -307,13 +307,29 @@ def trtllm_extra_options(s: LaunchSettings) -> str:
     return head + yaml.safe_dump(body, sort_keys=False)
 
 
+#: Characters a value may hold to be written inside a double-quoted ``${MODEL:-...}`` /
+#: ``${MODEL:?...}`` expansion: no ``$``, backtick, quote, backslash, ``}`` or control character,
+#: so nothing in it is expanded or run by bash.
+_EXPANSION_SAFE = re.compile(r"[A-Za-z0-9 ._/(),:+@=\[\]-]*")
+
+
+def _expansion_word(text: str) -> str:
+    """``text`` with every character outside :data:`_EXPANSION_SAFE` replaced by ``_``."""
+    return "".join(c if _EXPANSION_SAFE.fullmatch(c) else "_" for c in text)
+
+
+def _comment(line: str) -> str:
+    """A comment line with control characters (a newline would end the comment) made spaces."""
+    return "".join(" " if ord(c) < 32 or ord(c) == 127 else c for c in line)
+
+
 def _model_line(s: LaunchSettings, engine: str) -> str:
-    if s.hf_repo and not needs_quantized_checkpoint(s, engine):
+    if s.hf_repo and not needs_quantized_checkpoint(s, engine) and _EXPANSION_SAFE.fullmatch(s.hf_repo):
         return f'MODEL="${{MODEL:-{s.hf_repo}}}"'
     what = (f"a pre-quantized {s.quantization} ({s.quantization_names.get(engine)}) checkpoint of "
             f"{s.hf_repo or s.model}" if needs_quantized_checkpoint(s, engine)
-            else f"the HuggingFace repo or local path of {s.model}")
-    return f'MODEL="${{MODEL:?set MODEL to {what}}}"'
+            else f"the HuggingFace repo or local path of {s.hf_repo or s.model}")
+    return f'MODEL="${{MODEL:?set MODEL to {_expansion_word(what)}}}"'
 
 
 def shell_script(s: LaunchSettings, engine: str, context: str = "") -> str:
@@ -326,13 +342,14 @@ def shell_script(s: LaunchSettings, engine: str, context: str = "") -> str:
             f"# Flags checked against {engine_version(engine)}: planner/outputs/engine_flags/{engine}.txt",
             f"# Serves workloads: {', '.join(s.workloads) or '-'}.",
             "set -euo pipefail"]
+    head = [_comment(line) if line.startswith("#") else line for line in head]
     reason = unsupported_reason(s, engine)
     if reason:
-        return "\n".join(head + [f'echo "not supported: {reason}" >&2', "exit 1", ""])
+        return "\n".join(head + [f"echo {shlex.quote('not supported: ' + reason)} >&2", "exit 1", ""])
     if needs_quantized_checkpoint(s, engine):
-        head.append(f"# Quantization {s.quantization} needs a pre-quantized checkpoint"
-                    + (" (TensorRT-LLM reads the method from its hf_quant_config.json)."
-                       if engine == "trtllm" else "."))
+        head.append(_comment(f"# Quantization {s.quantization} needs a pre-quantized checkpoint"
+                             + (" (TensorRT-LLM reads the method from its hf_quant_config.json)."
+                                if engine == "trtllm" else ".")))
     head.append(_model_line(s, engine))
     if engine == "trtllm":
         head.append('cd "$(dirname "$0")"  # trtllm-extra.yaml sits next to this script')

@@ -53,13 +53,43 @@ def check_out_dir(path) -> Path:
     """
     path = Path(path)
     if not path.exists():
+        _check_parent(path)
         return path
     if not path.is_dir():
         raise PlanningInputError(f"--out {path}: exists and is not a directory")
+    _check_parent(path)
     if any(path.iterdir()) and not _is_planner_dir(path):
         raise PlanningInputError(f"--out {path}: directory is not empty and was not written by the planner "
                                  f"(no {RUN_FILE} from {GENERATOR}); choose another directory or empty it")
+    foreign = _foreign_files(path)
+    if foreign:
+        raise PlanningInputError(f"--out {path}: holds files the planner did not write ({', '.join(foreign[:5])}"
+                                 f"{', ...' if len(foreign) > 5 else ''}); replacing the directory would delete "
+                                 "them: move them out or choose another directory")
     return path
+
+
+def _check_parent(path: Path) -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory (the output is
+    written beside ``path`` and renamed into place)."""
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise PlanningInputError(f"--out {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PlanningInputError(f"--out {path}: cannot write in {parent} (permission denied)")
+
+
+def _foreign_files(path: Path) -> list[str]:
+    """Files under a planner output directory that its ``run.json`` does not list (sorted)."""
+    try:
+        listed = set(json.loads((path / RUN_FILE).read_text(encoding="utf-8")).get("files") or {})
+    except (OSError, ValueError, AttributeError):
+        listed = set()
+    listed.add(RUN_FILE)
+    found = sorted(p.relative_to(path).as_posix() for p in path.rglob("*") if not p.is_dir())
+    return [rel for rel in found if rel not in listed]
 
 
 @contextlib.contextmanager

@@ -1,0 +1,75 @@
+"""Ctrl-C after the first CP-SAT solve: exit 130, cleanup ran, no temporary directory (issue 17).
+
+CP-SAT used to reset SIGINT to the OS default after its first solve, so a later Ctrl-C
+killed the planner outright (return code -2, temporaries left behind).
+"""
+
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from hardening_helpers import tiny, write
+
+# Runs ``planner ARGS`` and reports on stderr when the first solve has returned.
+DRIVER = """
+import sys
+import planner.optimize.alternatives as kbest
+real, count = kbest.run_solver, []
+def marked(*args, **kwargs):
+    result = real(*args, **kwargs)
+    count.append(1)
+    if len(count) == 1:
+        print("FIRST-SOLVE-DONE", file=sys.stderr, flush=True)
+    return result
+kbest.run_solver = marked
+from planner.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_after_first_solve_exits_130_cleanly(tmp_path):
+    signum = signal.SIGINT
+    problem = write(tmp_path, tiny())
+    proc = subprocess.Popen([sys.executable, "-c", DRIVER, "solve", str(problem), "--out", str(tmp_path / "out")],
+                            stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "FIRST-SOLVE-DONE" in line:
+                break
+        else:
+            pytest.fail(f"the planner ended before its first solve: {proc.wait()}")
+        proc.send_signal(signum)
+        rest = proc.stderr.read()
+        rc = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 128 + signum, (rc, rest)                  # 130 for Ctrl-C, not -2 (killed)
+    assert "interrupted" in rest and "Traceback" not in rest
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]   # no out/, no .out.tmp-*
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGTERM") or sys.platform == "win32", reason="POSIX signals")
+def test_sigterm_during_solve_runs_cleanup_in_process(tmp_path, monkeypatch):
+    """SIGTERM (a caught signal) becomes exit 143 with the same cleanup; handlers are restored."""
+    import os
+
+    import planner.optimize.alternatives as kbest
+    from hardening_helpers import cli
+
+    real = kbest.run_solver
+
+    def terminated(*args, **kwargs):
+        result = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return result
+
+    monkeypatch.setattr(kbest, "run_solver", terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    rc, out, err = cli("solve", write(tmp_path, tiny()), "--out", tmp_path / "out")
+    assert rc == 128 + signal.SIGTERM and "interrupted" in err
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml"]
