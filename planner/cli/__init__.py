@@ -344,9 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extra_commands() -> list:
     """Registration hooks of the commands defined in their own CLI modules."""
-    from planner.cli_accuracy import add_accuracy_parsers
-    from planner.cli_budget import add_budget_parser
-    from planner.cli_simulate import add_simulate_parser
+    from planner.cli.accuracy import add_accuracy_parsers
+    from planner.cli.budget import add_budget_parser
+    from planner.cli.simulate import add_simulate_parser
 
     return [add_simulate_parser, add_budget_parser, add_accuracy_parsers, *_EXTRA_COMMANDS]
 
@@ -366,7 +366,7 @@ def main(argv=None) -> int:
 
 
 def _run(argv) -> int:
-    from planner.cli_checks import check_flags
+    from planner.cli.checks import check_flags
     from planner.interrupt import exit_code
 
     parser = build_parser()
