@@ -8,13 +8,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-
 import numpy as np
 import pandas as pd
 
-from planner import parameters
+from planner import dimensions, parameters
 from planner.configs import config_arrays
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -41,32 +38,9 @@ REASONS = (
     "slo_tpot_unreachable",
 )
 
-CONFIG_KEY = ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
-
-
-#: Multiplier of the id hash's column mixing (64-bit, odd; from splitmix64).
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _value_hash(value: str) -> int:
-    return int.from_bytes(hashlib.sha1(value.encode()).digest()[:8], "little")
-
-
-def candidate_ids(frame: pd.DataFrame) -> pd.Series:
-    """Stable id per configuration: 12 hex digits of a 64-bit hash of its canonical key.
-
-    Each column value is hashed with SHA-1 (once per distinct value) and the columns are
-    mixed in a fixed order with a splitmix64-style step, all vectorized; the same
-    configuration gets the same id in every run, on every machine.
-    """
-    h = np.zeros(len(frame), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for col in CONFIG_KEY:
-            codes, uniques = pd.factorize(frame[col].astype(str))
-            values = np.array([_value_hash(f"{col}={u}") for u in uniques], dtype=np.uint64)
-            h = (h ^ values[codes]) * _MIX
-            h ^= h >> np.uint64(31)
-    return pd.Series(np.char.add("c", np.char.mod("%016x", h).astype("<U12")), index=frame.index)
+#: The configuration key (planner/dimensions.py declares the dimensions).
+CONFIG_KEY = dimensions.NAMES
+candidate_ids = dimensions.candidate_ids
 
 
 def serving_overrides(problem: Problem) -> dict:
@@ -89,9 +63,9 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> Servin
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
     s = problem.spec.search
-    rows = itertools.product([model_id], problem.gpus, s.tp, s.pp, problem.quantization,
-                             problem.kv_cache_dtypes, s.max_batch)
-    return pd.DataFrame(list(rows), columns=list(CONFIG_KEY))
+    return dimensions.CandidateTable.grid({
+        "model": [model_id], "gpu": problem.gpus, "tp": s.tp, "pp": s.pp, "quantization": problem.quantization,
+        "kv_cache_dtype": problem.kv_cache_dtypes, "max_batch": s.max_batch}).frame
 
 
 def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -162,7 +136,8 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
         values = np.asarray(values)
         return np.concatenate([values, np.full(pad, fill, dtype=values.dtype)])
 
-    frame["gpus"] = frame["tp"] * frame["pp"]
+    for name, derived in dimensions.DERIVED.items():
+        frame[name] = derived(frame)
     price = frame["gpu"].map(problem.prices_usd_per_gpu_hour).astype(float)
     frame["usd_per_gpu_hour"] = price
     frame["usd_per_replica_hour"] = price * frame["gpus"]
