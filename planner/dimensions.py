@@ -44,6 +44,10 @@ class Dimension:
 
     ``name`` is its column in the candidate and plan tables and its key in the JSON result;
     ``dtype`` the Python type of one value; ``labels`` its format per label style;
+    ``searched`` the values a problem searches (a function of the loaded
+    :class:`planner.problem.Problem`; None for the model, which the search takes per
+    workload model; see :func:`search_values`) and ``noun`` what they are called in
+    messages ("4 tp");
     ``default`` the value configurations had before the dimension existed (None: none,
     the dimension is always part of the id and the labels).
     """
@@ -52,6 +56,8 @@ class Dimension:
     dtype: type
     labels: Mapping[str, str]
     doc: str
+    searched: Callable[[Any], Sequence] | None = None
+    noun: str = ""
     default: Any = None
 
     def value(self, raw) -> Any:
@@ -77,19 +83,26 @@ class Dimension:
 #: Every dimension of a configuration, in canonical order (ids hash them in this order,
 #: the candidate grid and the plan tables list them in this order).
 DIMENSIONS: tuple[Dimension, ...] = (
-    Dimension("model", str, {"launch": "{}"}, "model id (catalogs/models.yaml or an imported config)"),
-    Dimension("gpu", str, {"pareto": "{}"}, "GPU type id (catalogs/gpus.yaml)"),
+    Dimension("model", str, {"launch": "{}"},
+              doc="model id (catalogs/models.yaml or an imported config)", noun="model(s)"),
+    Dimension("gpu", str, {"pareto": "{}"},
+              doc="GPU type id (catalogs/gpus.yaml)", searched=lambda p: p.gpus, noun="GPUs"),
     Dimension("tp", int, {"pareto": " tp{}", "table": " tp{}", "text": " tp{}"},
-              "tensor-parallel degree (GPUs per pipeline stage)"),
+              doc="tensor-parallel degree (GPUs per pipeline stage)",
+              searched=lambda p: p.spec.search.tp, noun="tp"),
     Dimension("pp", int, {"pareto": " pp{}", "table": " pp{}", "text": " pp{}"},
-              "pipeline-parallel degree (stages per replica)"),
+              doc="pipeline-parallel degree (stages per replica)",
+              searched=lambda p: p.spec.search.pp, noun="pp"),
     Dimension("quantization", str, {"pareto": " {}", "table": " {}", "text": " {}", "launch": " {}"},
-              "weight format id (catalogs/quantization.yaml)"),
+              doc="weight format id (catalogs/quantization.yaml)",
+              searched=lambda p: p.quantization, noun="formats"),
     Dimension("kv_cache_dtype", str, {"pareto": "/{}", "table": "/kv-{}", "text": "/kv-{}", "launch": "/kv-{}"},
-              "KV-cache dtype id (catalogs/quantization.yaml)"),
+              doc="KV-cache dtype id (catalogs/quantization.yaml)",
+              searched=lambda p: p.kv_cache_dtypes, noun="KV dtypes"),
     Dimension("max_batch", int, {"pareto": " b{}", "table": " b{}", "text": " max_batch {}",
                                  "launch": ", max batch {}"},
-              "max batch: concurrent sequences (slots) per replica"),
+              doc="max batch: concurrent sequences (slots) per replica",
+              searched=lambda p: p.spec.search.max_batch, noun="batch sizes"),
 )
 
 #: Names of every dimension, in canonical order (the configuration key).
@@ -114,6 +127,28 @@ def _get(config, name: str):
     if isinstance(config, (pd.DataFrame, pd.Series, Mapping)):
         return config[name]
     return getattr(config, name)
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def search_values(problem) -> dict[str, Sequence]:
+    """The values ``problem`` searches per dimension (all but the model, which the search
+    takes from the workloads one at a time), in canonical order. A dimension with a default
+    whose ``searched`` gives None is left out: the problem does not search it, its column
+    stays out of the grid and reads as the default."""
+    values = {d.name: d.searched(problem) for d in DIMENSIONS if d.searched is not None}
+    return {n: v for n, v in values.items() if v is not None or dimension(n).default is None}
+
+
+def grid_description(problem, models: int) -> tuple[int, str]:
+    """``(size, text)`` of the search grid of ``models`` models: its number of configurations
+    and a text such as "1 model(s) x 4 GPUs x 3 tp x ... x 9 batch sizes"."""
+    values = search_values(problem)
+    size = models * math.prod(len(v) for v in values.values())
+    parts = [f"{models} {dimension('model').noun}",
+             *(f"{len(v)} {dimension(n).noun}" for n, v in values.items())]
+    return size, " x ".join(parts)
 
 
 # ----------------------------------------------------------------------------- derived
@@ -235,11 +270,13 @@ class CandidateTable:
         """The table with the :data:`DERIVED` columns (after the existing ones)."""
         return CandidateTable(self.frame.assign(**{name: f(self.frame) for name, f in DERIVED.items()}))
 
-    def group_codes(self, names: Sequence[str]) -> np.ndarray:
-        """One integer per row, equal for rows with equal values of dimensions ``names``
-        (numbered in order of first appearance)."""
+    def factorize(self, names: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
+        """``(codes, uniques)``: one integer per row, equal for rows with equal values of the
+        dimensions ``names`` (numbered in order of first appearance), and the distinct value
+        combinations (one row per code, columns ``names`` present in the table)."""
         present = [n for n in names if n in self.frame.columns]
         for n in names:
             if n not in present and dimension(n).default is None:
-                raise KeyError(f"group_codes: the table has no column '{n}'")
-        return self.frame.groupby(present, sort=False).ngroup().to_numpy()
+                raise KeyError(f"factorize: the table has no column '{n}'")
+        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(self.frame[present]))
+        return codes, pd.DataFrame(uniques.tolist(), columns=present)

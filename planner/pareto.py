@@ -71,7 +71,7 @@ def front_pool(feasible: pd.DataFrame) -> np.ndarray:
     caps = feasible[[c for c in feasible.columns if c.startswith("capacity_per_s[")]].to_numpy(float)
     serving = np.flatnonzero((caps > 0).any(axis=1))
     keys = [n for n in dimensions.NAMES if n != "max_batch"]
-    codes = dimensions.CandidateTable(feasible).take(serving).group_codes(keys)
+    codes = dimensions.CandidateTable(feasible).take(serving).factorize(keys)[0]
     batch = feasible["max_batch"].to_numpy()[serving]
     order = np.lexsort((serving, -batch, codes))
     first = np.ones(len(order), dtype=bool)
@@ -336,7 +336,8 @@ def _row(problem, front, metric, target, status, plan, binds=""):
         "usd_per_million_tokens": usd_per_million_tokens(problem, plan.usd_per_hour) if ok else np.nan,
         "gpus": int(plan.deployments["gpus"].sum()) if ok else 0,
         "deployments": "; ".join(
-            f"{r.replicas}x {dimensions.label(r, 'pareto')}" for r in plan.deployments.itertuples()) if ok else "",
+            f"{r.replicas}x {dimensions.label(r, 'pareto')}"
+            for r in plan.deployments.itertuples()) if ok else "",
         "binding": binds,
     }
 

@@ -38,10 +38,6 @@ REASONS = (
     "slo_tpot_unreachable",
 )
 
-#: The configuration key (planner/dimensions.py declares the dimensions).
-CONFIG_KEY = dimensions.NAMES
-candidate_ids = dimensions.candidate_ids
-
 
 def serving_overrides(problem: Problem) -> dict:
     """The problem's explicit ``serving:`` parameter overrides."""
@@ -62,10 +58,7 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> Servin
 
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
-    s = problem.spec.search
-    return dimensions.CandidateTable.grid({
-        "model": [model_id], "gpu": problem.gpus, "tp": s.tp, "pp": s.pp, "quantization": problem.quantization,
-        "kv_cache_dtype": problem.kv_cache_dtypes, "max_batch": s.max_batch}).frame
+    return dimensions.CandidateTable.grid({"model": [model_id], **dimensions.search_values(problem)}).frame
 
 
 def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -107,7 +100,7 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
         frames.append(_evaluate_model(problem, model_id))
     out = pd.concat(frames)
-    out.index = candidate_ids(out)
+    out.index = dimensions.candidate_ids(out)
     out.index.name = "candidate_id"
     if not out.index.is_unique:  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")

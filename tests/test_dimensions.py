@@ -85,8 +85,10 @@ def test_grid_is_the_product_in_canonical_order_and_take_selects_rows():
     assert part.ids().tolist() == table.ids().iloc[[5, 0]].tolist()
     derived = table.with_derived().frame
     assert derived["gpus"].tolist() == (derived["tp"] * derived["pp"]).tolist()
-    codes = table.group_codes([n for n in dimensions.NAMES if n != "max_batch"])
+    codes, uniques = table.factorize([n for n in dimensions.NAMES if n != "max_batch"])
     assert codes.tolist() == np.repeat(np.arange(8), 2).tolist()  # max batch is the fastest
+    assert uniques.iloc[3].tolist() == ["m", "g1", 2, 1, "bf16", "fp8"]
+    assert table.factorize(["tp"])[1]["tp"].tolist() == [1, 2]
     with pytest.raises(KeyError, match="missing \\['max_batch'\\]"):
         CandidateTable.grid({k: v for k, v in values.items() if k != "max_batch"})
 
@@ -94,7 +96,7 @@ def test_grid_is_the_product_in_canonical_order_and_take_selects_rows():
 def test_a_new_dimension_with_a_default_keeps_ids_and_labels(monkeypatch):
     """Adding a dimension is one entry; configurations at its default keep id and labels."""
     ep = Dimension("ep", int, {"pareto": " ep{}", "table": " ep{}", "text": " ep{}"}, "expert parallelism",
-                   default=1)
+                   searched=lambda p: getattr(p.spec.search, "ep", None), noun="ep", default=1)
     dims = list(dimensions.DIMENSIONS)
     dims.insert(dimensions.NAMES.index("pp") + 1, ep)
     monkeypatch.setattr(dimensions, "DIMENSIONS", tuple(dims))
@@ -103,8 +105,42 @@ def test_a_new_dimension_with_a_default_keeps_ids_and_labels(monkeypatch):
     wide = pd.DataFrame([{**CONFIG, "ep": 1}, {**CONFIG, "ep": 8}])
     ids = candidate_ids(wide)
     assert ids.iloc[0] == CONFIG_ID
-    assert ids.iloc[1] == _hand_id({**{k: CONFIG[k] for k in ("model", "gpu", "tp", "pp")}, "ep": 8,
-                                    **{k: CONFIG[k] for k in ("quantization", "kv_cache_dtype", "max_batch")}})
+    head, tail = ("model", "gpu", "tp", "pp"), ("quantization", "kv_cache_dtype", "max_batch")
+    assert ids.iloc[1] == _hand_id({**{k: CONFIG[k] for k in head}, "ep": 8, **{k: CONFIG[k] for k in tail}})
     assert label({**CONFIG, "ep": 1}, "table") == "tp8 pp2 bf16/kv-fp8 b256"
     assert label({**CONFIG, "ep": 8}, "table") == "tp8 pp2 ep8 bf16/kv-fp8 b256"
     assert CandidateTable.grid({**{k: [v] for k, v in CONFIG.items()}}).ids().tolist() == [CONFIG_ID]
+    monkeypatch.setattr(dimensions, "_BY_NAME", {d.name: d for d in dims})
+    dense = _problem(tp=(1,), pp=(1,), max_batch=(8,))
+    assert "ep" not in dimensions.search_values(dense)  # not searched: no column, default
+    assert dimensions.search_values(_problem(tp=(1,), pp=(1,), max_batch=(8,), ep=(1, 8)))["ep"] == (1, 8)
+
+
+def _problem(**search):
+    """A stand-in for a loaded Problem: the attributes the declaration reads."""
+    from types import SimpleNamespace
+
+    spec = SimpleNamespace(search=SimpleNamespace(**search))
+    return SimpleNamespace(gpus=("h100-sxm", "l40s"), quantization=("bf16", "fp8"), kv_cache_dtypes=("bf16",),
+                           spec=spec, measured=False, workloads=[SimpleNamespace(model="m", rate_per_s=1.0)])
+
+
+def test_search_values_and_the_grid_size_message():
+    p = _problem(tp=(1, 2, 4), pp=(1,), max_batch=(8, 16, 32, 64))
+    assert dimensions.search_values(p) == {"gpu": p.gpus, "tp": (1, 2, 4), "pp": (1,),
+                                           "quantization": p.quantization, "kv_cache_dtype": ("bf16",),
+                                           "max_batch": (8, 16, 32, 64)}
+    size, text = dimensions.grid_description(p, models=2)
+    assert size == 2 * 2 * 3 * 1 * 2 * 1 * 4 == 96
+    assert text == "2 model(s) x 2 GPUs x 3 tp x 1 pp x 2 formats x 1 KV dtypes x 4 batch sizes"
+    assert len(CandidateTable.grid({"model": ["m"], **dimensions.search_values(p)})) == 48
+
+
+def test_limits_names_every_dimension_of_an_oversized_grid():
+    from planner import limits
+
+    p = _problem(tp=(1, 2), pp=(1, 2), max_batch=tuple(range(1, 40_001)))
+    assert limits.check_problem(p) == [
+        "search: the grid holds 640,000 configurations (1 model(s) x 2 GPUs x 2 tp x 2 pp x 2 formats x "
+        "1 KV dtypes x 40000 batch sizes), at most 500,000: narrow search.gpus, search.quantization or "
+        "search.max_batch"]

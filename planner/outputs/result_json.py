@@ -173,7 +173,8 @@ def result_text(result: PlanResult) -> str:
         lines.append(f"#{p['rank']}  ${p['usd_per_hour']:.2f}/h" + per_million
                      + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
         for d in p["deployments"]:
-            cfg = dimensions.label(d, "text") if dimensions.has_settings(d) else d.get("name", d["candidate_id"])
+            cfg = (dimensions.label(d, "text") if dimensions.has_settings(d)
+                   else d.get("name", d["candidate_id"]))
             quality = d.get("quality")
             rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
                    else f", quality {quality['recovery']:.1%}")
