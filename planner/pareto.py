@@ -26,6 +26,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from planner import dimensions
 from planner.margins import Margins
 from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
@@ -69,8 +70,8 @@ def front_pool(feasible: pd.DataFrame) -> np.ndarray:
     """
     caps = feasible[[c for c in feasible.columns if c.startswith("capacity_per_s[")]].to_numpy(float)
     serving = np.flatnonzero((caps > 0).any(axis=1))
-    keys = feasible.iloc[serving][["model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype"]]
-    codes = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy()
+    keys = [n for n in dimensions.NAMES if n != "max_batch"]
+    codes = dimensions.CandidateTable(feasible).take(serving).factorize(keys)[0]
     batch = feasible["max_batch"].to_numpy()[serving]
     order = np.lexsort((serving, -batch, codes))
     first = np.ones(len(order), dtype=bool)
@@ -335,7 +336,7 @@ def _row(problem, front, metric, target, status, plan, binds=""):
         "usd_per_million_tokens": usd_per_million_tokens(problem, plan.usd_per_hour) if ok else np.nan,
         "gpus": int(plan.deployments["gpus"].sum()) if ok else 0,
         "deployments": "; ".join(
-            f"{r.replicas}x {r.gpu} tp{r.tp} pp{r.pp} {r.quantization}/{r.kv_cache_dtype} b{r.max_batch}"
+            f"{r.replicas}x {dimensions.label(r, 'pareto')}"
             for r in plan.deployments.itertuples()) if ok else "",
         "binding": binds,
     }

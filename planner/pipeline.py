@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
+from planner import dimensions
 from planner.format_rules import with_quality
 from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
@@ -23,7 +24,8 @@ from planner.search import enumerate_candidates, rejection_counts, serving_param
 from planner.serving.queueing import TrafficArrays, state_at_rate
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
-CONFIG_COLUMNS = ("model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
+#: Configuration columns a planning candidate carries besides its GPU type.
+CONFIG_COLUMNS = ("model", *dimensions.SETTINGS)
 #: Per-workload columns of a plan's routing, widened to ``column[workload]`` in plans_table().
 ROUTED_COLUMNS = ("rate_per_s", "ttft_p95_s", "tpot_p95_s")
 

@@ -8,13 +8,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-
 import numpy as np
 import pandas as pd
 
-from planner import parameters
+from planner import dimensions, parameters
 from planner.configs import config_arrays
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -41,33 +38,6 @@ REASONS = (
     "slo_tpot_unreachable",
 )
 
-CONFIG_KEY = ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
-
-
-#: Multiplier of the id hash's column mixing (64-bit, odd; from splitmix64).
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _value_hash(value: str) -> int:
-    return int.from_bytes(hashlib.sha1(value.encode()).digest()[:8], "little")
-
-
-def candidate_ids(frame: pd.DataFrame) -> pd.Series:
-    """Stable id per configuration: 12 hex digits of a 64-bit hash of its canonical key.
-
-    Each column value is hashed with SHA-1 (once per distinct value) and the columns are
-    mixed in a fixed order with a splitmix64-style step, all vectorized; the same
-    configuration gets the same id in every run, on every machine.
-    """
-    h = np.zeros(len(frame), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for col in CONFIG_KEY:
-            codes, uniques = pd.factorize(frame[col].astype(str))
-            values = np.array([_value_hash(f"{col}={u}") for u in uniques], dtype=np.uint64)
-            h = (h ^ values[codes]) * _MIX
-            h ^= h >> np.uint64(31)
-    return pd.Series(np.char.add("c", np.char.mod("%016x", h).astype("<U12")), index=frame.index)
-
 
 def serving_overrides(problem: Problem) -> dict:
     """The problem's explicit ``serving:`` parameter overrides."""
@@ -88,10 +58,7 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> Servin
 
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
-    s = problem.spec.search
-    rows = itertools.product([model_id], problem.gpus, s.tp, s.pp, problem.quantization,
-                             problem.kv_cache_dtypes, s.max_batch)
-    return pd.DataFrame(list(rows), columns=list(CONFIG_KEY))
+    return dimensions.CandidateTable.grid({"model": [model_id], **dimensions.search_values(problem)}).frame
 
 
 def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -133,7 +100,7 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
         frames.append(_evaluate_model(problem, model_id))
     out = pd.concat(frames)
-    out.index = candidate_ids(out)
+    out.index = dimensions.candidate_ids(out)
     out.index.name = "candidate_id"
     if not out.index.is_unique:  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
@@ -162,7 +129,8 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
         values = np.asarray(values)
         return np.concatenate([values, np.full(pad, fill, dtype=values.dtype)])
 
-    frame["gpus"] = frame["tp"] * frame["pp"]
+    for name, derived in dimensions.DERIVED.items():
+        frame[name] = derived(frame)
     price = frame["gpu"].map(problem.prices_usd_per_gpu_hour).astype(float)
     frame["usd_per_gpu_hour"] = price
     frame["usd_per_replica_hour"] = price * frame["gpus"]

@@ -14,6 +14,7 @@ from planner.cli.helpers import (
     positive_int,
     print_table,
 )
+from planner.dimensions import gpus_per_replica
 from planner.schema import PlanningInputError
 from planner.simulate import (
     DEFAULT_PREFILL_CHUNK_TOKENS,
@@ -204,7 +205,8 @@ def _replica(args) -> dict:
                               seed=args.seed, **settings)
     out = result.to_dict()
     out.update({
-        "model": m.id, "gpu": g.id, "tp": tp, "pp": pp, "gpus": tp * pp, "quantization": q.id,
+        "model": m.id, "gpu": g.id, "tp": tp, "pp": pp, "gpus": gpus_per_replica({"tp": tp, "pp": pp}),
+        "quantization": q.id,
         "kv_cache_dtype": k.id, "prompt": lengths["prompt"].describe(),
         "output": lengths["output"].describe(),
         "prompt_mean_tokens": lengths["prompt"].mean, "output_mean_tokens": lengths["output"].mean,

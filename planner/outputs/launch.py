@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from planner import dimensions
+
 ENGINES = ("vllm", "sglang", "trtllm")
 FLAG_DIR = Path(__file__).resolve().parent / "engine_flags"
 #: max model length covers this quantile of prompt + output tokens of the served workloads.
@@ -174,7 +176,7 @@ class LaunchSettings:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        return dimensions.gpus_per_replica(self)
 
     @property
     def quantized(self) -> bool:
@@ -468,7 +470,7 @@ def launch_files(result) -> dict[str, str]:
     plan = result.best
     readme = ["# Launch settings", ""]
     files: dict[str, str] = {}
-    if plan is None or "tp" not in plan.deployments.columns:
+    if plan is None or not dimensions.has_settings(plan.deployments):
         why = "the problem has no plan" if plan is None else "the plan comes from a measured capacity table"
         readme.append(f"No launch settings: {why}.")
     else:
@@ -490,7 +492,7 @@ def launch_files(result) -> dict[str, str]:
             if "vllm" not in skipped:
                 files[f"{sub}/deployment.yaml"] = k8s_manifest(s)
             readme.append(f"- `{sub}/`: {s.replicas} x {s.gpu} ({s.gpus_per_replica} GPU(s) each), "
-                          f"{s.model} {s.quantization}/kv-{s.kv_cache_dtype}, max batch {s.max_num_seqs}, "
+                          f"{dimensions.label(dep, 'launch')}, "
                           f"max model length {s.max_model_len}, checkpoint {s.hf_repo or s.model}")
             readme += [f"  - no `{e}` settings: {why}" for e, why in skipped.items()]
     return {"README.md": "\n".join(readme) + "\n", **files}

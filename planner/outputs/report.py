@@ -13,6 +13,8 @@ import html
 import math
 import re
 
+from planner import dimensions
+
 _URL_SCHEME = re.compile(r"https?://", re.IGNORECASE)
 
 CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:2em auto;
@@ -74,9 +76,9 @@ def _quality(d: dict) -> str:
 
 
 def _config(d: dict) -> str:
-    if "tp" not in d:
+    if not dimensions.has_settings(d):
         return d.get("name", d["candidate_id"])
-    return f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} b{d['max_batch']}"
+    return dimensions.label(d, "table")
 
 
 def _cost_by_gpu(plan: dict) -> dict:

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from planner import dimensions
 from planner.margins import Margins
 from planner.pipeline import PlanResult
 from planner.verify import COLUMNS as VERIFY_COLUMNS
@@ -47,9 +48,7 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
         "model": dep.get("model"), "name": dep.get("name"),
-        "tp": _int(dep.get("tp")), "pp": _int(dep.get("pp")),
-        "quantization": dep.get("quantization"), "kv_cache_dtype": dep.get("kv_cache_dtype"),
-        "max_batch": _int(dep.get("max_batch")),
+        **{n: dimensions.dimension(n).value(dep.get(n)) for n in dimensions.SETTINGS},
         "replicas": int(dep["replicas"]), "gpus_per_replica": int(dep["gpus_per_replica"]),
         "gpus": int(dep["gpus"]), "usd_per_hour": float(dep["usd_per_hour"]),
         "load_fraction": float(dep["load_fraction"]),
@@ -174,8 +173,8 @@ def result_text(result: PlanResult) -> str:
         lines.append(f"#{p['rank']}  ${p['usd_per_hour']:.2f}/h" + per_million
                      + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
         for d in p["deployments"]:
-            cfg = (f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} max_batch {d['max_batch']}"
-                   if "tp" in d else d.get("name", d["candidate_id"]))
+            cfg = (dimensions.label(d, "text") if dimensions.has_settings(d)
+                   else d.get("name", d["candidate_id"]))
             quality = d.get("quality")
             rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
                    else f", quality {quality['recovery']:.1%}")

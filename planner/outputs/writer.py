@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from planner import jsonio
+from planner import dimensions, jsonio
 from planner.outputs.tables import csv_text
 from planner.schema import PlanningInputError
 
@@ -175,9 +175,8 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                    "plan_usd_per_million_tokens": p["usd_per_million_tokens"],
                    "plan_usd_per_million_input_tokens": p["usd_per_million_input_tokens"],
                    "plan_usd_per_million_total_tokens": p["usd_per_million_total_tokens"], "plan_gpus": p["gpus"],
-                   **{k: d.get(k) for k in ("candidate_id", "name", "model", "gpu", "tp", "pp", "quantization",
-                                             "kv_cache_dtype", "max_batch", "replicas", "gpus_per_replica",
-                                             "gpus", "usd_per_hour", "load_fraction")}}
+                   **{k: d.get(k) for k in ("candidate_id", "name", *dimensions.NAMES, "replicas",
+                                             "gpus_per_replica", "gpus", "usd_per_hour", "load_fraction")}}
             if d.get("quality") is not None:
                 row["quality_recovery"] = d["quality"]["recovery"]
                 row["quality_source"] = d["quality"]["source"]
@@ -193,7 +192,7 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                          ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens",
                           "plan_usd_per_million_input_tokens", "plan_usd_per_million_total_tokens", "plan_gpus",
                           "candidate_id", "gpu", "replicas", "gpus", "usd_per_hour"])
-    config = ["name", "model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch"]
+    config = ["name", "model", *dimensions.SETTINGS]
     empty = [c for c in config if c in frame and frame[c].isna().all()]
     return frame.drop(columns=empty) if rows else frame
 

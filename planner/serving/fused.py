@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.dimensions import gpus_per_replica
 from planner.serving.arrays import LINK_FAST, ConfigArrays
 from planner.serving.params import ServingParams
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
@@ -61,7 +62,7 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
     users = c.batch if users is None else np.asarray(users, dtype=float)
     tp, pp, b, ctx, pt = c.tp, c.pp, c.batch, c.context_tokens, c.prompt_tokens
     L, d = c.n_layers, c.hidden_size
-    nS = tp * pp
+    nS = gpus_per_replica(c)
     # memory.py
     weights = c.params_total * c.weight_bytes_per_param
     weights_per_gpu = weights / nS
