@@ -11,8 +11,7 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from planner.accuracy import (Harness, add_families, engine_keys, predict_calibrated, predict_rows, row_arrays,
-                              take_arrays)
+from planner.accuracy import Harness, add_families, engine_keys, predict_calibrated, predict_rows, row_arrays
 from planner.calibration import DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, Calibration, compose
 from planner.serving.params import ServingParams
 
@@ -221,7 +220,7 @@ class _Fit:
         """The rows ``index`` and their arrays (once per search, reused by every trial)."""
         if len(index) == len(self.rows):
             return self.rows, self.arrays
-        return self.rows.iloc[index].reset_index(drop=True), take_arrays(self.arrays, index, len(self.rows))
+        return self.rows.iloc[index].reset_index(drop=True), self.arrays.take(index)
 
     def predict_with(self, values: dict, part: tuple) -> np.ndarray:
         """Predictions of the rows ``part`` = (rows, arrays) (``values`` restricted to them)."""
