@@ -3,7 +3,9 @@
 * :func:`closed_loop`: ``concurrency`` N users, the staggered steady state blended with the
   synchronized first wave of the run (:class:`Harness`), quantiles of their mixture;
 * :func:`open_loop`: ``request_rate``, Poisson arrivals, Pollaczek-Khinchine and Erlang C;
-* :func:`burst`: R requests submitted at once (``max_throughput`` with a known count).
+* :func:`burst`: R requests submitted at once (``max_throughput`` with a known count);
+* :func:`static_batch`: N prompts prefilled together, then decoded together (``static_batch``
+  N and ``single``, N = 1).
 
 All take :class:`planner.serving.arrays.ConfigArrays` and :class:`ServingParams` (fields
 may be per-row arrays) and return per-row arrays; :mod:`planner.accuracy` maps the rows of a
@@ -287,3 +289,17 @@ def burst(c: ConfigArrays, p: ServingParams, requests, slots, prompt, output) ->
     duration = t_pf + later / mu + np.maximum(output - 1.0, 0.0) * steady["tpot_s"]
     return {"tpot_s": steady["tpot_s"], "ttft_s": ttft, "rate_per_s": requests / duration,
             "occupancy": steady["occupancy"]}
+
+
+def static_batch(c: ConfigArrays, p: ServingParams, batch, prompt, output) -> dict:
+    """``batch`` requests prefilled in one step, then decoded together (``static_batch`` N;
+    ``single``: N = 1).
+
+    Notes
+    -----
+    TTFT = T_pf = s(0, N p) (one step of N p prompt tokens), TPOT = s_d(N), rate
+    N / (T_pf + (o - 1) s_d(N)), s the step time of :class:`planner.serving.roofline.StepModel`.
+    """
+    s_d = step_model(c, p).time(batch, 0.0)
+    t_pf = step_model(c, p).time(0.0, batch * prompt, prompt)
+    return {"tpot_s": s_d, "ttft_s": t_pf, "rate_per_s": batch / (t_pf + np.maximum(output - 1.0, 0.0) * s_d)}

@@ -49,9 +49,8 @@ def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: st
 
 
 def take(params: ServingParams, rows) -> ServingParams:
-    """The parameters of configuration rows ``rows`` (array fields indexed, scalars kept)."""
-    values = params.as_dict()
-    return params.with_overrides(**{k: np.asarray(v)[rows] for k, v in values.items() if np.ndim(v)})
+    """The parameters of configuration rows ``rows`` (:meth:`ServingParams.take`)."""
+    return params.take(rows)
 
 
 def describe(calibration, overrides: dict | None = None, engine: str | None = None) -> dict:
