@@ -12,7 +12,6 @@ deepest module of ``planner/`` it names. Imports of anything outside ``planner/`
 
 import ast
 import re
-from pathlib import Path
 
 from conftest import ROOT
 
