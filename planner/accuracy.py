@@ -6,7 +6,8 @@ maps each row onto a catalog configuration (or a skip reason), the load models a
 :mod:`planner.accuracy_loads`,
 :func:`predict_rows` predicts every prepared row in one vectorized pass per load kind, and
 :func:`accuracy_report` scores them (absolute percentage error per row, median and mean per
-metric, the worst rows). How each ``load_kind`` is modelled (DESIGN sections 4 and 5):
+metric, the worst rows). How each ``load_kind`` is modelled (step times: docs/serving-model.md sections 4-6;
+waits: section 9; docs/accuracy.md, "How a row is predicted"):
 
 * ``concurrency`` N: a closed loop of N/replicas users per replica (:func:`planner.accuracy_loads.closed_loop`):
   the staggered steady state (Little's law fixed point with chunked prefill riding on the

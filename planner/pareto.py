@@ -124,7 +124,7 @@ def _slos(workload, metric: str, target_s: float) -> tuple[float, float]:
 def _capacity_bounds(curves: _Curves, metric: str, target_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bounds (pool rows x workloads) of the pool's exact capacities.
 
-    Where a curve's p95s increase with the occupancy n (DESIGN 5) its feasible grid
+    Where a curve's p95s increase with the occupancy n (docs/serving-model.md 9.2) its feasible grid
     points are a prefix; the bisection's n* lies within one bisection step below the
     first crossing, so above the grid point before the last feasible one and below the
     first infeasible one, and rates increase with n. Elsewhere the bounds are 0 and the

@@ -247,7 +247,7 @@ def _rank_plans(problem, candidates, found: list[FoundPlan], k: int) -> list[Ran
     """Rank 1: the fastest optimum; then admissible alternatives by cost, latency, ids.
 
     The key is cost, then traffic-weighted p95 TPOT, then TTFT, then the sorted ids
-    (DESIGN 6). Rank 1 is the least key among the optimum's equal-cost face, which
+    (docs/problem-format.md 1.8, ``top_k``). Rank 1 is the least key among the optimum's equal-cost face, which
     :func:`plan_alternatives` enumerates whatever k is, so plan #1 does not depend on
     ``--top``. Ranks 2..k are drawn from the other admissible plans (minimum load rule).
     """

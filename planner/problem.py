@@ -112,6 +112,14 @@ class SearchSpace(Strict):
         return tuple(sorted(set(v)))
 
 
+def _reject_keys(mapping: dict, is_bad, message: str) -> dict:
+    """``mapping`` itself, or a ValueError ``message`` naming (``{keys}``) the keys whose value ``is_bad``."""
+    bad = [k for k, x in mapping.items() if is_bad(x)]
+    if bad:
+        raise ValueError(message.format(keys=", ".join(bad)))
+    return mapping
+
+
 class CapacityRow(Strict):
     """A measured capacity (Mélange-style): requests/s one replica carries per workload."""
 
@@ -124,10 +132,7 @@ class CapacityRow(Strict):
     @field_validator("capacity_per_s")
     @classmethod
     def _non_negative(cls, v):
-        bad = [k for k, x in v.items() if x < 0]
-        if bad:
-            raise ValueError(f"capacities must be >= 0 (negative for {', '.join(bad)})")
-        return v
+        return _reject_keys(v, lambda x: x < 0, "capacities must be >= 0 (negative for {keys})")
 
 
 class Constraints(Strict):
@@ -220,18 +225,12 @@ class ProblemSpec(Strict):
     @field_validator("inventory")
     @classmethod
     def _inventory(cls, v):
-        bad = [k for k, n in v.items() if n < 0]
-        if bad:
-            raise ValueError(f"must be >= 0 GPUs ({', '.join(bad)})")
-        return v
+        return _reject_keys(v, lambda n: n < 0, "must be >= 0 GPUs ({keys})")
 
     @field_validator("prices")
     @classmethod
     def _prices(cls, v):
-        bad = [k for k, x in v.items() if not x > 0]
-        if bad:
-            raise ValueError(f"prices must be > 0 USD per GPU-hour ({', '.join(bad)})")
-        return v
+        return _reject_keys(v, lambda x: not x > 0, "prices must be > 0 USD per GPU-hour ({keys})")
 
 
 class ResolvedWorkload(Strict):

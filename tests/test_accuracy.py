@@ -1,14 +1,12 @@
 """planner accuracy: row preparation, the load models, the report and the CLI."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, ROOT
+from conftest import DATA, run_cli
 from planner import accuracy as A
 from planner import accuracy_loads as L
 from planner.serving import memory
@@ -19,11 +17,8 @@ SAMPLE = DATA / "measurements-sample.csv"
 
 
 def run_planner(*args, expect=0):
-    """``python -m planner ARGS`` (accuracy, calibrate and import-bench are registered in the CLI)."""
-    proc = subprocess.run([sys.executable, "-m", "planner", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT)
-    assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
-    return proc.stdout, proc.stderr
+    """``planner ARGS`` in this process (:func:`conftest.run_cli`): (stdout, stderr), the exit code asserted."""
+    return run_cli(*args, expect=expect)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ deepest module of ``planner/`` it names. Imports of anything outside ``planner/`
 
 import ast
 import re
-from pathlib import Path
 
 from conftest import ROOT
 
@@ -184,7 +183,7 @@ def readme_layout_names():
     directory, ``memory.py`` names a module in it); a more deeply indented line continues
     the previous entry's description. Any ``name.py`` in an entry's description or its
     continuation names a sibling of that entry (``pareto.py ...; diagnosis.py: ...``).
-    A directory entry names the package itself (its ``__init__.py``).
+    Directories are returned with a trailing ``/``; a package's entry names its ``__init__.py``.
     """
     text = README.read_text()
     section = re.search(r"^## Layout\n(.*?)(?=^## |\Z)", text, flags=re.S | re.M)
@@ -206,27 +205,37 @@ def readme_layout_names():
             sibling_dir = "/".join(name for _, name in stack)
             head = words[0].rstrip(":,;")
             path = f"{sibling_dir}/{head}" if sibling_dir else head
+            named.add(path)
             if head.endswith("/"):
-                named.add(path.rstrip("/") + "/__init__.py")
                 stack.append((indent, head.rstrip("/")))
-            else:
-                named.add(path)
             words = words[1:]
         for word in re.findall(r"\b[A-Za-z_]\w*\.py\b", " ".join(words)):
             named.add(f"{sibling_dir}/{word}" if sibling_dir else word)
     return named
 
 
+def _is_named(module_path: str, named: set) -> bool:
+    if module_path.endswith("/__init__.py") and module_path[:-len("__init__.py")] in named:
+        return True
+    return module_path in named
+
+
 def test_readme_layout_parser_reads_nesting_and_siblings():
     named = readme_layout_names()
-    assert "planner/__init__.py" in named            # "planner/" opens the package
-    assert "planner/serving/__init__.py" in named and "planner/serving/memory.py" in named
-    assert "planner/units.py" in named
+    assert {"planner/", "planner/serving/", "planner/serving/memory.py", "planner/units.py"} <= named
+    assert _is_named("planner/serving/__init__.py", named)     # "serving/" names the package
+    assert not _is_named("planner/memory.py", named)           # memory.py is listed under serving/
 
 
 def test_readme_layout_names_every_module():
     named = readme_layout_names()
     modules = [str(path.relative_to(ROOT)) for path in _modules().values()]
-    missing = [m for m in modules if m not in named]
+    missing = [m for m in modules if not _is_named(m, named)]
     assert not missing, ("README.md's layout section does not name these modules "
                          f"(one line each, with its concern): {missing}")
+
+
+def test_readme_layout_names_no_module_that_does_not_exist():
+    stale = sorted(name for name in readme_layout_names()
+                   if name.startswith("planner/") and not (ROOT / name).exists())
+    assert not stale, f"README.md's layout names files or folders planner/ does not have: {stale}"

@@ -2,14 +2,12 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from conftest import run_cli
 from planner.configs import config_arrays
 from planner.serving import memory
 from planner.serving.params import ServingParams
@@ -42,11 +40,8 @@ def _step(arrays, params, n, chunk, context, prompt):
 # ---------------------------------------------------------------- CLI helpers
 
 def run_sim_cli(*args, expect=0):
-    """``python -m planner simulate ARGS`` in a real process."""
-    proc = subprocess.run([sys.executable, "-m", "planner", "simulate", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
-    return proc.stdout, proc.stderr
+    """``planner simulate ARGS`` in this process (:func:`conftest.run_cli`): (stdout, stderr)."""
+    return run_cli("simulate", *args, expect=expect)
 
 
 def sim_json(*args):

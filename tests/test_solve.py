@@ -74,7 +74,7 @@ def test_verified_plan_1_meets_its_slos_in_the_simulator(solved, name):
 
 
 def test_equal_cost_plans_rank_by_latency(solved):
-    """DESIGN 6: rank by cost, then latency (traffic-weighted p95 TPOT), then ids."""
+    """docs/problem-format.md 1.8 (top_k): rank by cost, then latency (traffic-weighted p95 TPOT), then ids."""
     ties = 0
     for result in solved.values():
         for a, b in zip(result.plans, result.plans[1:]):

@@ -1,4 +1,4 @@
-"""The ``planner solve --json`` document (DESIGN section 7) and its readable text form."""
+"""The ``planner solve --json`` document (docs/problem-format.md section 3) and its readable text form."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The comprehensive serving playground: every quantity of DESIGN section 4 at once."""
+"""The comprehensive serving playground: every quantity of docs/serving-model.md sections 2-7 at once."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """p95 TTFT and TPOT of one continuous-batching replica under Poisson load, and capacity at SLO.
 
-Analytic and vectorized (DESIGN section 5); checked against the discrete-event simulator
+Analytic and vectorized (docs/serving-model.md section 9); checked against the discrete-event simulator
 by ``benchmarks/bench_queueing_vs_sim.py``. The state of a replica is parametrized by its
 mean decode occupancy n (sequences decoding); everything else is explicit in n:
 
