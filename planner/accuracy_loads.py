@@ -22,7 +22,7 @@ import numpy as np
 from planner.serving import memory
 from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
-from planner.serving.queueing import erlang_c_halfin_whitt
+from planner.serving.queueing import erlang_c_halfin_whitt, exponential_tail_quantile
 from planner.serving.roofline import StepModel
 
 #: Fixed-point iterations of the closed loop (damped).
@@ -115,11 +115,12 @@ def exponential_wait(mean_wait, p_wait, q) -> np.ndarray:
 
     Notes
     -----
-    Mean ``mean_wait``; quantile (mean_wait / P) ln(P / (1 - q)) where P > 1 - q, else 0.
+    Mean ``mean_wait``; quantile (mean_wait / P) ln(P / (1 - q)) where P > 1 - q, else 0
+    (:func:`planner.serving.queueing.exponential_tail_quantile`).
     """
     q = np.asarray(q, dtype=float)
     p_wait = np.clip(np.asarray(p_wait, dtype=float), 1e-12, 1.0)
-    tail = mean_wait / p_wait * np.log(np.maximum(p_wait / np.maximum(1.0 - q, 1e-12), 1.0))
+    tail = exponential_tail_quantile(p_wait, mean_wait / p_wait, np.minimum(q, 1.0 - 1e-12))
     return np.where(np.isfinite(q), tail, mean_wait)
 
 
