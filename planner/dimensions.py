@@ -68,7 +68,8 @@ class Dimension:
 
     def is_default(self, raw) -> bool:
         """Whether ``raw`` is the default (or missing) value of a dimension that has a default."""
-        return self.default is not None and (raw is None or self.value(raw) == self.default)
+        value = self.value(raw)
+        return self.default is not None and (value is None or value == self.default)
 
     def label(self, raw, style: str) -> str:
         """This dimension's part of a ``style`` label ('' when not shown)."""
@@ -121,12 +122,20 @@ def dimension(name: str) -> Dimension:
         raise KeyError(f"unknown configuration dimension '{name}', expected one of {NAMES}") from None
 
 
-def _get(config, name: str):
-    """Dimension ``name`` of a configuration: a DataFrame / Series / mapping (by key) or any
-    object with attributes (ConfigArrays, a dataclass, an ``itertuples`` row)."""
+def value_of(config, name: str):
+    """Dimension ``name`` of a configuration: a DataFrame (the column), Series or mapping (by
+    key), or any object with attributes (ConfigArrays, a dataclass, an ``itertuples`` row).
+    Absent: the dimension's default; absent without a default: KeyError."""
     if isinstance(config, (pd.DataFrame, pd.Series, Mapping)):
-        return config[name]
-    return getattr(config, name)
+        keys = config.columns if isinstance(config, pd.DataFrame) else config.keys()
+        if name in keys:
+            return config[name]
+    elif hasattr(config, name):
+        return getattr(config, name)
+    default = dimension(name).default
+    if default is None:
+        raise KeyError(f"the configuration has no '{name}' ({type(config).__name__})")
+    return default
 
 
 # ----------------------------------------------------------------------------- search
@@ -157,7 +166,7 @@ def grid_description(problem, models: int) -> tuple[int, str]:
 def gpus_per_replica(config):
     """GPUs of one replica: tp x pp. ``config``: a frame, row, mapping or object with the
     dimensions; scalars give a scalar, columns / arrays give the elementwise product."""
-    return _get(config, "tp") * _get(config, "pp")
+    return value_of(config, "tp") * value_of(config, "pp")
 
 
 #: Derived columns of the candidate table: name -> function of a configuration frame.
@@ -169,13 +178,8 @@ DERIVED: dict[str, Callable] = {"gpus": gpus_per_replica}
 
 def label(config, style: str) -> str:
     """The configuration's label in ``style`` (see the module docstring); ``config`` is a
-    mapping, Series or object with the dimensions (a missing one reads as None)."""
-    def raw(name):
-        if isinstance(config, (pd.Series, Mapping)):
-            return config.get(name)
-        return getattr(config, name, None)
-
-    return "".join(d.label(raw(d.name), style) for d in DIMENSIONS).lstrip()
+    mapping, Series or object with the dimensions (:func:`value_of`)."""
+    return "".join(d.label(value_of(config, d.name), style) for d in DIMENSIONS).lstrip()
 
 
 def has_settings(config) -> bool:

@@ -55,6 +55,8 @@ def test_labels_of_every_style():
     assert label(row, "table") == "tp8 pp2 bf16/kv-fp8 b256"  # numpy / float values print as ints
     with pytest.raises(ValueError, match="unknown label style"):
         label(CONFIG, "html")
+    with pytest.raises(KeyError, match="no 'max_batch'"):
+        label({k: v for k, v in CONFIG.items() if k != "max_batch"}, "table")
 
 
 def test_measured_candidates_have_no_settings():
@@ -109,8 +111,10 @@ def test_a_new_dimension_with_a_default_keeps_ids_and_labels(monkeypatch):
     assert ids.iloc[1] == _hand_id({**{k: CONFIG[k] for k in head}, "ep": 8, **{k: CONFIG[k] for k in tail}})
     assert label({**CONFIG, "ep": 1}, "table") == "tp8 pp2 bf16/kv-fp8 b256"
     assert label({**CONFIG, "ep": 8}, "table") == "tp8 pp2 ep8 bf16/kv-fp8 b256"
-    assert CandidateTable.grid({**{k: [v] for k, v in CONFIG.items()}}).ids().tolist() == [CONFIG_ID]
     monkeypatch.setattr(dimensions, "_BY_NAME", {d.name: d for d in dims})
+    assert label(pd.Series({**CONFIG, "ep": np.nan}), "text") == "tp8 pp2 bf16/kv-fp8 max_batch 256"
+    assert dimensions.value_of(CONFIG, "ep") == 1  # absent: the default
+    assert CandidateTable.grid({**{k: [v] for k, v in CONFIG.items()}}).ids().tolist() == [CONFIG_ID]
     dense = _problem(tp=(1,), pp=(1,), max_batch=(8,))
     assert "ep" not in dimensions.search_values(dense)  # not searched: no column, default
     assert dimensions.search_values(_problem(tp=(1,), pp=(1,), max_batch=(8,), ep=(1, 8)))["ep"] == (1, 8)
