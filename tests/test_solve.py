@@ -10,7 +10,8 @@ import yaml
 
 from conftest import ROOT, run_cli
 from planner.optimize.check import check_plan
-from planner.outputs.result_json import strip_timings
+from planner import jsonio
+from planner.outputs.result_json import result_to_dict, strip_timings
 from planner.pipeline import plan, planning_instance
 from planner.problem import load_problem
 
@@ -132,8 +133,16 @@ def _small_problem(tmp_path, **changes) -> Path:
     return path
 
 
-def test_fronts(tmp_path):
-    result = plan(load_problem(_small_problem(tmp_path)))
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """The small problem solved once with its fronts: (path, PlanResult, its --json document)."""
+    path = _small_problem(tmp_path_factory.mktemp("small"))
+    result = plan(load_problem(path))
+    return path, result, json.loads(jsonio.dumps(result_to_dict(result)))
+
+
+def test_fronts(small):
+    _, result, _ = small
     fronts = result.pareto
     for metric in ("tpot_p95_s", "ttft_p95_s"):
         mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == metric)].sort_values("target_s")
@@ -187,9 +196,9 @@ def test_infeasible_inventory(tmp_path):
     assert inv and inv[0]["verified"] and ">=" in inv[0]["message"]
 
 
-def test_same_input_same_output(tmp_path):
-    path = _small_problem(tmp_path)
-    a = json.loads(run_cli("solve", path, "--json")[0])
+def test_same_input_same_output(small):
+    """Two solves of one input, plan() (the module's) and ``planner solve --json``, give one document."""
+    path, _, a = small
     b = json.loads(run_cli("solve", path, "--json")[0])
     assert strip_timings(a) == strip_timings(b)
 
