@@ -137,7 +137,7 @@ def main() -> None:
     s = result.solver
     print(f"optimum: {s['status']}, ${s['objective_usd_per_hour']:.2f}/h, gap {s['gap']}, "
           f"search {result.timings_s['search']:.2f} s + solve {result.timings_s['solve']:.2f} s = {t_opt:.2f} s")
-    from planner.pipeline import solver_options
+    from planner.planning import solver_options
 
     metrics = ("tpot_p95_s", "ttft_p95_s") if args.both_metrics else ("tpot_p95_s",)
     t1 = time.perf_counter()

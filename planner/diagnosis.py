@@ -53,9 +53,9 @@ def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> d
 def _resolve_with(problem: Problem, changes: dict) -> bool:
     """Re-solve the problem with ``changes`` applied to its spec (dotted keys); feasible?
 
-    The re-solve finds one plan, no fronts and no diagnosis of its own (no recursion).
+    The re-solve finds one plan, no ranking, fronts or diagnosis of its own (no recursion).
     """
-    from planner.pipeline import plan
+    from planner.planning import has_plan
     from planner.problem import ProblemSpec, resolve_problem
     from planner.schema import PlanningInputError
 
@@ -70,7 +70,7 @@ def _resolve_with(problem: Problem, changes: dict) -> bool:
         relaxed = resolve_problem(ProblemSpec.model_validate(data), problem.path, problem.catalog)
     except (PlanningInputError, ValueError):
         return False
-    return bool(plan(relaxed, top_k=1, pareto=False, diagnose=False).plans)
+    return has_plan(relaxed)
 
 
 def undecided_finding(options) -> dict:

@@ -29,6 +29,7 @@ import pandas as pd
 from planner.margins import Margins
 from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
+from planner.planning import planning_instance, usd_per_million_tokens
 from planner.problem import Problem
 from planner.search import serving_params, workload_arrays, workload_capacity
 from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve
@@ -326,8 +327,6 @@ def _what_binds(problem: Problem, instance, cap: pd.DataFrame, options, metric: 
 
 
 def _row(problem, front, metric, target, status, plan, binds=""):
-    from planner.pipeline import usd_per_million_tokens
-
     ok = plan is not None
     return {
         "front": front, "metric": metric, "target_s": float(target), "status": status,
@@ -354,8 +353,6 @@ def _sweep(problem: Problem, curves: _Curves, options, metric: str, points: int,
     SLO the mixed point is the plan's own optimum (``curves.optimum``) or solved over every
     feasible candidate, as the plan is.
     """
-    from planner.pipeline import planning_instance
-
     frame = curves.frame
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
     rows, previous, points_at = [], None, []

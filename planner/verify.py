@@ -78,7 +78,7 @@ def simulate_deployment(problem, row: pd.DataFrame, rates_per_s: dict[str, float
 
 
 def verify_plans(problem, candidates: pd.DataFrame, plans: list) -> list:
-    """``plans`` (:class:`planner.pipeline.RankedPlan`) with :data:`COLUMNS` in their routing.
+    """``plans`` (:class:`planner.planning.RankedPlan`) with :data:`COLUMNS` in their routing.
 
     A deployment that appears in several plans with the same routed rates is simulated
     once. Measured-capacity problems have nothing to simulate: the columns are NaN.

@@ -11,7 +11,8 @@ import yaml
 from conftest import ROOT, run_cli
 from planner.optimize.check import check_plan
 from planner.outputs.result_json import strip_timings
-from planner.pipeline import plan, planning_instance
+from planner.pipeline import plan
+from planner.planning import planning_instance
 from planner.problem import load_problem
 
 PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
@@ -150,7 +151,7 @@ def test_fronts(tmp_path):
     assert loosest["usd_per_hour"] == pytest.approx(result.plans[0].usd_per_hour)
     # Front points skip the uniqueness proof; with it every cost is the same.
     from planner.pareto import pareto_fronts
-    from planner.pipeline import solver_options
+    from planner.planning import solver_options
 
     proven = pareto_fronts(result.problem, result.candidates, solver_options(result.problem),
                            metrics=("tpot_p95_s",), per_gpu=False, prove_unique_plan=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from planner.margins import Margins
-from planner.pipeline import PlanResult
+from planner.planning import PlanResult
 from planner.verify import COLUMNS as VERIFY_COLUMNS
 from planner.verify import settings as verify_settings
 

@@ -243,7 +243,7 @@ def write_outputs(result, out_dir) -> Path:
 
     Parameters
     ----------
-    result : planner.pipeline.PlanResult
+    result : planner.planning.PlanResult
     out_dir : str or Path
 
     Returns
