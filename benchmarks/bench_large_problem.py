@@ -141,7 +141,7 @@ def main() -> None:
 
     metrics = ("tpot_p95_s", "ttft_p95_s") if args.both_metrics else ("tpot_p95_s",)
     t1 = time.perf_counter()
-    fronts = pareto_fronts(problem, result.candidates, solver_options(problem), points=args.points,
+    fronts = pareto_fronts(problem, result.candidates, result.params, solver_options(problem), points=args.points,
                            metrics=metrics, fronts=args.fronts, used_gpus=sorted(result.best.gpus_by_type),
                            optimum=result.best)
     t_front = time.perf_counter() - t1

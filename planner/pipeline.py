@@ -31,42 +31,43 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     diagnosis (the diagnosis's own re-solves).
     """
     t0 = time.perf_counter()
-    candidates = search_candidates(problem)
+    candidates, params = search_candidates(problem)
     t_search = time.perf_counter() - t0
     options = solver_options(problem, time_limit_s)
     instance = planning_instance(problem, candidates)
     k = top_k or problem.spec.optimize.top_k
     solutions = find_plans(problem, instance, k, options)
     t_solve = time.perf_counter() - t0 - t_search
-    plans = rank_plans(problem, candidates, solutions.found, k)
+    plans = rank_plans(problem, candidates, params, solutions.found, k)
     status = solutions.status
     front_mode, fronts = fronts, pd.DataFrame()
     t_pareto = 0.0          # only the fronts' own time (0 with --no-pareto)
     if plans and pareto and not problem.measured:
         t_fronts = time.perf_counter()
         used = sorted({g for p in plans for g in p.gpus_by_type})
-        fronts = pareto_fronts(problem, candidates, options, fronts=front_mode or problem.spec.optimize.fronts,
-                               used_gpus=used, optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
+        fronts = pareto_fronts(problem, candidates, params, options,
+                               fronts=front_mode or problem.spec.optimize.fronts, used_gpus=used,
+                               optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
         t_pareto = time.perf_counter() - t_fronts
     timings = {"search": t_search, "solve": t_solve, "pareto": t_pareto}
     if verify:
         from planner.verify import verify_plans
 
         t_verify = time.perf_counter()
-        plans = verify_plans(problem, candidates, plans)
+        plans = verify_plans(problem, candidates, params, plans)
         timings["verify"] = time.perf_counter() - t_verify
     if plans or not diagnose:
         diagnosis = []
     elif solutions.undecided:
         diagnosis = [undecided_finding(options)]
     else:
-        diagnosis = diagnose_problem(problem, candidates, instance, options)
+        diagnosis = diagnose_problem(problem, candidates, params, instance, options)
     daily = None
     if plans and (problem.spec.load_profile or any(w.load_profile for w in problem.spec.workloads)):
         from planner.procurement.profile import daily_plan
 
-        daily = daily_plan(problem, plans[0], time_limit_s=time_limit_s)
+        daily = daily_plan(problem, plans[0], instance, time_limit_s=time_limit_s)
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
-                      solver=solutions.summary(), counts=candidate_counts(candidates, solutions),
+                      solver=solutions.summary(), counts=candidate_counts(candidates, solutions), params=params,
                       diagnosis=diagnosis, daily=daily,
                       timings_s={**timings, "total": time.perf_counter() - t0}, verified=verify)

@@ -22,8 +22,9 @@ from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATI
                                            plan_alternatives)
 from planner.optimize.model import build_model
 from planner.optimize.prune import prefilter_dominated
+from planner.parameters import ProblemParams
 from planner.problem import Problem
-from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
+from planner.search import candidates_and_params, problem_params, rejection_counts, workload_arrays
 from planner.serving.queueing import TrafficArrays, state_at_rate
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
@@ -57,6 +58,8 @@ class PlanResult:
     pareto: pd.DataFrame
     solver: dict
     counts: dict
+    #: The serving parameters used, resolved once (:class:`planner.parameters.ProblemParams`).
+    params: ProblemParams
     diagnosis: list[dict] = field(default_factory=list)
     timings_s: dict = field(default_factory=dict)
     #: The plans' routing carries simulated p95s (``solve --verify``).
@@ -139,9 +142,12 @@ def measured_candidates(problem: Problem) -> pd.DataFrame:
     return frame
 
 
-def search_candidates(problem: Problem) -> pd.DataFrame:
-    """The candidate table: the measured capacity table, or the search's evaluated grid."""
-    return measured_candidates(problem) if problem.measured else enumerate_candidates(problem)
+def search_candidates(problem: Problem) -> tuple[pd.DataFrame, ProblemParams]:
+    """The candidate table (the measured capacity table, or the search's evaluated grid) and
+    the problem's serving parameters, resolved once, for the later stages."""
+    if problem.measured:
+        return measured_candidates(problem), problem_params(problem)
+    return candidates_and_params(problem)
 
 
 def planning_instance(problem: Problem, candidates: pd.DataFrame,
@@ -232,7 +238,7 @@ def find_plans(problem: Problem, instance: PlanningInstance | None, k: int, opti
 
 def has_plan(problem: Problem) -> bool:
     """Whether some plan meets the problem (one solve: no ranking, fronts or diagnosis)."""
-    candidates = search_candidates(problem)
+    candidates, _ = search_candidates(problem)
     return bool(find_plans(problem, planning_instance(problem, candidates), 1, solver_options(problem)).found)
 
 
@@ -247,10 +253,11 @@ def candidate_counts(candidates: pd.DataFrame, solutions: Solutions) -> dict:
     return counts
 
 
-def predicted_latency(problem: Problem, candidates: pd.DataFrame,
-                       plans: list[tuple[pd.DataFrame, pd.DataFrame]]) -> list[pd.DataFrame]:
+def predicted_latency(problem: Problem, candidates: pd.DataFrame, params: ProblemParams,
+                      plans: list[tuple[pd.DataFrame, pd.DataFrame]]) -> list[pd.DataFrame]:
     """p95 TTFT/TPOT of each deployment at the rate routed to each of its replicas.
 
+    ``params``: the problem's serving parameters (those of the candidates).
     ``plans`` holds ``(deployments, routing)`` pairs; the routing of every plan comes back with
     ``rate_per_replica_per_s``, ``ttft_p95_s`` and ``tpot_p95_s``. All plans are evaluated in one
     vectorized call per workload.
@@ -277,8 +284,7 @@ def predicted_latency(problem: Problem, candidates: pd.DataFrame,
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
         cap = rows[f"central_capacity_per_s[{w.name}]"].to_numpy()
         equivalent_rate = np.maximum(part["_load"].to_numpy() * cap, part["rate_per_replica_per_s"].to_numpy())
-        state = state_at_rate(workload_arrays(problem, rows, w), serving_params(problem, rows), traffic,
-                              equivalent_rate)
+        state = state_at_rate(workload_arrays(problem, rows, w), params.of(rows), traffic, equivalent_rate)
         latency.loc[part.index, "ttft_p95_s"] = state["ttft_p95_s"]
         latency.loc[part.index, "tpot_p95_s"] = state["tpot_p95_s"]
     out = []
@@ -317,7 +323,8 @@ def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:
     return float(np.average(values[ok], weights=weights[ok])) if ok.any() else 0.0
 
 
-def rank_plans(problem: Problem, candidates: pd.DataFrame, found: list[FoundPlan], k: int) -> list[RankedPlan]:
+def rank_plans(problem: Problem, candidates: pd.DataFrame, params: ProblemParams, found: list[FoundPlan],
+               k: int) -> list[RankedPlan]:
     """Rank 1: the fastest optimum; then admissible alternatives by cost, latency, ids.
 
     The key is cost, then traffic-weighted p95 TPOT, then TTFT, then the sorted ids
@@ -328,7 +335,8 @@ def rank_plans(problem: Problem, candidates: pd.DataFrame, found: list[FoundPlan
     found = [replace(f, plan=replace(f.plan, deployments=central_load(candidates, f.plan.deployments,
                                                                       f.plan.routing)))
              for f in found]
-    latencies = predicted_latency(problem, candidates, [(f.plan.deployments, f.plan.routing) for f in found])
+    latencies = predicted_latency(problem, candidates, params,
+                                  [(f.plan.deployments, f.plan.routing) for f in found])
 
     def key(item):
         f, routing = item

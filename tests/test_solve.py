@@ -66,7 +66,7 @@ def test_verified_plan_1_meets_its_slos_in_the_simulator(solved, name):
     from planner.verify import verify_plans
 
     result = solved[name]
-    routing = verify_plans(result.problem, result.candidates, result.plans[:1])[0].routing
+    routing = verify_plans(result.problem, result.candidates, result.params, result.plans[:1])[0].routing
     slo = {w.name: w.slo for w in result.problem.workloads}
     assert len(routing) >= 1
     for r in routing.itertuples():
@@ -153,7 +153,7 @@ def test_fronts(tmp_path):
     from planner.pareto import pareto_fronts
     from planner.planning import solver_options
 
-    proven = pareto_fronts(result.problem, result.candidates, solver_options(result.problem),
+    proven = pareto_fronts(result.problem, result.candidates, result.params, solver_options(result.problem),
                            metrics=("tpot_p95_s",), per_gpu=False, prove_unique_plan=True)
     mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == "tpot_p95_s")]
     np.testing.assert_allclose(proven["usd_per_hour"].to_numpy(), mixed["usd_per_hour"].to_numpy())

@@ -28,7 +28,7 @@ def candidate_table(problem):
     """The serving model's candidates at today's traffic: (instance or None, candidates)."""
     from planner.planning import planning_instance, search_candidates
 
-    candidates = search_candidates(problem)
+    candidates, _ = search_candidates(problem)
     return planning_instance(problem, candidates), candidates
 
 
