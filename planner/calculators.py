@@ -52,8 +52,7 @@ def config_params(catalog: Catalog, model, gpu, quant, calibration: str | None =
     flags) on top. ``model``, ``gpu`` and ``quant`` are catalog entries (:func:`_resolve`).
     """
     cal = parameters.load(calibration)
-    return cal, parameters.resolve([gpu.id], cal, overrides, engine=engine, model_ids=[model.id],
-                                   math_modes=[catalog.math_mode(gpu.id, quant.id)])
+    return cal, parameters.for_configs(catalog, cal, overrides, engine, [gpu.id], [quant.id], [model.id])
 
 
 def _frame(model, gpu, quant, kv, tp, pp, batches, prompt, output, context) -> pd.DataFrame:

@@ -30,8 +30,10 @@ from planner import dimensions
 from planner.margins import Margins
 from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
+from planner.parameters import ProblemParams
+from planner.planning import planning_instance, usd_per_million_tokens
 from planner.problem import Problem
-from planner.search import serving_params, workload_arrays, workload_capacity
+from planner.search import workload_arrays, workload_capacity
 from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve
 
 METRICS = ("tpot_p95_s", "ttft_p95_s")
@@ -87,8 +89,8 @@ class _Curves:
     problem's SLO (a tighter target can only lower a capacity).
     """
 
-    def __init__(self, problem: Problem, feasible: pd.DataFrame):
-        self.problem, self.feasible = problem, feasible
+    def __init__(self, problem: Problem, feasible: pd.DataFrame, params: ProblemParams):
+        self.problem, self.feasible, self.params = problem, feasible, params
         self.pool = front_pool(feasible)
         self.frame = feasible.iloc[self.pool]
         self.names = [w.name for w in problem.workloads]
@@ -103,7 +105,7 @@ class _Curves:
             rows = self.frame.iloc[pos]
             traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
             self.rows[w.name] = pos
-            self.curves[w.name] = occupancy_curve(workload_arrays(problem, rows, w), serving_params(problem, rows),
+            self.curves[w.name] = occupancy_curve(workload_arrays(problem, rows, w), params.of(rows),
                                                   traffic, FRONT_CURVE_POINTS)
 
     def fastest(self, metric: str) -> float:
@@ -232,7 +234,7 @@ class _Exact:
             out[:, k] = exact
             if len(bind):
                 sub = rows.iloc[bind]
-                got = workload_capacity(problem, sub, w, serving_params(problem, sub),
+                got = workload_capacity(problem, sub, w, self.curves.params.of(sub),
                                         tpot_cap_s=tpot, ttft_cap_s=ttft, margins=margins)
                 out[bind, k] = got["max_rate_per_s"]
         return out
@@ -278,9 +280,8 @@ def knee_target(problem: Problem, curves: _Curves, metric: str, elasticity: floa
     return knee
 
 
-def targets(problem: Problem, feasible: pd.DataFrame, metric: str, points: int, curves: _Curves | None = None) -> np.ndarray:
+def targets(problem: Problem, curves: _Curves, metric: str, points: int) -> np.ndarray:
     """Geometric grid of ``points`` targets from the knee to the loosest SLO."""
-    curves = curves or _Curves(problem, feasible)
     loosest = max(getattr(w.slo, metric) for w in problem.workloads)
     knee = knee_target(problem, curves, metric, problem.spec.optimize.front_knee_elasticity)
     return np.unique(np.geomspace(min(knee, loosest), loosest, points))
@@ -327,8 +328,6 @@ def _what_binds(problem: Problem, instance, cap: pd.DataFrame, options, metric: 
 
 
 def _row(problem, front, metric, target, status, plan, binds=""):
-    from planner.pipeline import usd_per_million_tokens
-
     ok = plan is not None
     return {
         "front": front, "metric": metric, "target_s": float(target), "status": status,
@@ -355,12 +354,10 @@ def _sweep(problem: Problem, curves: _Curves, options, metric: str, points: int,
     SLO the mixed point is the plan's own optimum (``curves.optimum``) or solved over every
     feasible candidate, as the plan is.
     """
-    from planner.pipeline import planning_instance
-
     frame = curves.frame
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
     rows, previous, points_at = [], None, []
-    for target in targets(problem, curves.feasible, metric, points, curves)[::-1]:
+    for target in targets(problem, curves, metric, points)[::-1]:
         target = float(target)
         lo, hi = _capacity_bounds(curves, metric, target)
         exact = _Exact(curves, metric, target)
@@ -404,12 +401,14 @@ def _sweep_in_child(index: int) -> list[dict]:
     return _sweep(*_JOBS[index])
 
 
-def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: int | None = None,
+def pareto_fronts(problem: Problem, candidates: pd.DataFrame, params: ProblemParams, options,
+                  points: int | None = None,
                   metrics=METRICS, per_gpu: bool | str = True, prove_unique_plan: bool = False,
                   fronts: str | None = None, used_gpus=(), optimum=None, processes: int | None = None
                   ) -> pd.DataFrame:
     """Points (front, metric, target_s, status, cost, ..., binding) of the fronts.
 
+    ``params``: the problem's serving parameters (:func:`planner.planning.search_candidates`).
     ``front`` is ``"mixed"`` or a GPU id; a point whose solve is infeasible has NaN cost and
     says in ``binding`` what makes it infeasible (the target, the budget, inventory).
 
@@ -435,7 +434,7 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: i
     options = replace(options, prove_unique_plan=prove_unique_plan, canonical_routing=False,
                       num_workers=options.num_workers if prove_unique_plan else 1)
     feasible = candidates[candidates["feasible"]]
-    curves = _Curves(problem, feasible)
+    curves = _Curves(problem, feasible, params)
     curves.used, curves.optimum = tuple(used_gpus), optimum
     gpu_fronts = {"mixed": [], "used": "used", "all": sorted(curves.frame["gpu"].unique())}[mode]
     jobs = [(problem, curves, options, m, points, gpu_fronts) for m in metrics]

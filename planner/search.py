@@ -46,15 +46,28 @@ def serving_overrides(problem: Problem) -> dict:
 
 def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> ServingParams:
     """Parameters of configuration ``rows`` (calibrated per GPU, then the YAML overrides);
-    without rows, the uncalibrated base with the overrides."""
+    without rows, the uncalibrated base with the overrides.
+
+    A solve calls it once per model, in the search; the stages get the result carried in
+    :class:`planner.parameters.ProblemParams` (:func:`problem_params`).
+    """
     if rows is None:
         return ServingParams().with_overrides(**serving_overrides(problem))
-    gpus = rows["gpu"].to_numpy()
-    maths = problem.catalog.math_modes(gpus, rows["quantization"].to_numpy()) \
-        if problem.calibration is not None else None
-    return parameters.resolve(gpus, problem.calibration, serving_overrides(problem),
-                              engine=problem.spec.serving.engine, model_ids=rows["model"].to_numpy(),
-                              math_modes=maths)
+    return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
+                                  problem.spec.serving.engine, rows["gpu"].to_numpy(),
+                                  rows["quantization"].to_numpy(), rows["model"].to_numpy())
+
+
+def problem_params(problem: Problem, ids: pd.Index | None = None,
+                   per_candidate: ServingParams | None = None) -> parameters.ProblemParams:
+    """The problem's parameters to carry: overrides, base, description, and the evaluated
+    candidates' own (``ids``, ``per_candidate``; none for measured capacities)."""
+    overrides = serving_overrides(problem)
+    extra = {} if ids is None else {"ids": ids, "per_candidate": per_candidate}
+    return parameters.ProblemParams(overrides=overrides, base=serving_params(problem),
+                                    used=parameters.describe(problem.calibration, overrides,
+                                                             problem.spec.serving.engine),
+                                    **extra)
 
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
@@ -96,18 +109,32 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
     workload's lengths, per workload ``capacity_per_s[<name>]``, ``ttft_p95_s[<name>]``,
     ``tpot_p95_s[<name>]``, and ``feasible`` / ``infeasible_reason``.
     """
-    frames = []
+    return candidates_and_params(problem)[0]
+
+
+def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
+    """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
+    configuration it evaluated), to carry to the later stages."""
+    frames, parts, sizes = [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frames.append(_evaluate_model(problem, model_id))
+        frame, params, evaluated = _evaluate_model(problem, model_id)
+        frames.append(frame)
+        parts.append(params)
+        sizes.append(evaluated)
     out = pd.concat(frames)
     out.index = dimensions.candidate_ids(out)
     out.index.name = "candidate_id"
     if not out.index.is_unique:  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
-    return out.sort_index()
+    # each model's frame starts with its evaluated rows, in the order of its parameters
+    starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
+    rows = np.concatenate([start + np.arange(n) for start, n in zip(starts, sizes)]).astype(int)
+    return out.sort_index(), problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int]:
+    """One model's grid, evaluated: the frame (its first ``n`` rows are the configurations
+    evaluated), their serving parameters, and ``n``."""
     frame = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame)
@@ -189,7 +216,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
     frame["feasible"] = reason == ""
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
-    return frame
+    return frame, params, n_ok
 
 
 def _take(arrays: ConfigArrays, rows: np.ndarray) -> ConfigArrays:

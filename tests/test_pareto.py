@@ -63,7 +63,7 @@ def test_fronts_start_at_the_knee(solved):
     from planner.pareto import KNEE_GRID_START_MARGIN, _Curves
 
     feasible = solved.candidates[solved.candidates["feasible"]]
-    curves = _Curves(solved.problem, feasible)
+    curves = _Curves(solved.problem, feasible, solved.params)
     for metric in ("tpot_p95_s", "ttft_p95_s"):
         tightest = solved.pareto[solved.pareto["metric"] == metric]["target_s"].min()
         # Above the fastest reachable p95 (every point is feasible), below the loosest SLO.

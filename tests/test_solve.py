@@ -12,7 +12,8 @@ from conftest import ROOT, run_cli
 from planner.optimize.check import check_plan
 from planner import jsonio
 from planner.outputs.result_json import result_to_dict, strip_timings
-from planner.pipeline import plan, planning_instance
+from planner.pipeline import plan
+from planner.planning import planning_instance
 from planner.problem import load_problem
 
 PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
@@ -66,7 +67,7 @@ def test_verified_plan_1_meets_its_slos_in_the_simulator(solved, name):
     from planner.verify import verify_plans
 
     result = solved[name]
-    routing = verify_plans(result.problem, result.candidates, result.plans[:1])[0].routing
+    routing = verify_plans(result.problem, result.candidates, result.params, result.plans[:1])[0].routing
     slo = {w.name: w.slo for w in result.problem.workloads}
     assert len(routing) >= 1
     for r in routing.itertuples():
@@ -159,9 +160,9 @@ def test_fronts(small):
     assert loosest["usd_per_hour"] == pytest.approx(result.plans[0].usd_per_hour)
     # Front points skip the uniqueness proof; with it every cost is the same.
     from planner.pareto import pareto_fronts
-    from planner.pipeline import solver_options
+    from planner.planning import solver_options
 
-    proven = pareto_fronts(result.problem, result.candidates, solver_options(result.problem),
+    proven = pareto_fronts(result.problem, result.candidates, result.params, solver_options(result.problem),
                            metrics=("tpot_p95_s",), per_gpu=False, prove_unique_plan=True)
     mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == "tpot_p95_s")]
     np.testing.assert_allclose(proven["usd_per_hour"].to_numpy(), mixed["usd_per_hour"].to_numpy())

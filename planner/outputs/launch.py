@@ -197,7 +197,7 @@ def _max_model_len(problem, model_id: str, workloads: list[str]) -> int:
 
 
 def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, routing: pd.DataFrame,
-                    index: int = 1) -> LaunchSettings:
+                    index: int = 1, *, params) -> LaunchSettings:
     """Settings of one deployment of a plan.
 
     Parameters
@@ -211,6 +211,8 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
         ``RankedPlan.routing`` (which workloads the deployment serves).
     index : int
         Position of the deployment in its plan (names the files).
+    params : ServingParams
+        The problem's base serving parameters (``PlanResult.params.base``).
 
     Notes
     -----
@@ -220,9 +222,7 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
     and workspace, so it gets (u M - W - ws) / (M - W - ws), the same KV budget.
     """
     from planner.compat import engine_table
-    from planner.search import serving_params
 
-    params = serving_params(problem)
     cid = deployment["candidate_id"]
     row = candidates.loc[cid]
     gpu = problem.catalog.gpu(deployment["gpu"])
@@ -481,7 +481,8 @@ def launch_files(result) -> dict[str, str]:
                     "An engine's files are written only where catalogs/engines.yaml documents it for the "
                     "deployment's GPU, weight format and KV dtype; the list says why one is missing."), ""]
         for i, (_, dep) in enumerate(plan.deployments.iterrows(), start=1):
-            s = launch_settings(result.problem, result.candidates, dep, plan.routing, index=i)
+            s = launch_settings(result.problem, result.candidates, dep, plan.routing, index=i,
+                                params=result.params.base)
             sub = f"{i:02d}-{_slug(dep['model'])}-{dep['gpu']}-{dep['candidate_id']}"
             skipped = {e: why for e in ENGINES if (why := unsupported_reason(s, e))}
             for engine in ENGINES:

@@ -152,7 +152,7 @@ def render_plots(result, doc: dict) -> dict[str, bytes]:
 
     Parameters
     ----------
-    result : planner.pipeline.PlanResult
+    result : planner.planning.PlanResult
     doc : dict
         ``result_to_dict(result)`` (plan costs are drawn from it).
     """

@@ -9,7 +9,7 @@ import pandas as pd
 
 from planner import dimensions
 from planner.margins import Margins
-from planner.pipeline import PlanResult
+from planner.planning import PlanResult
 from planner.verify import COLUMNS as VERIFY_COLUMNS
 from planner.verify import settings as verify_settings
 
@@ -81,13 +81,10 @@ def _int(v):
     return int(v)
 
 
-def _parameters_used(problem) -> dict:
-    from planner import parameters
-    from planner.search import serving_overrides
-
-    if problem.measured:
+def _parameters_used(result: PlanResult) -> dict:
+    if result.problem.measured:
         return {"calibration": "not used (measured capacities)", "engine": None, "overrides": {}}
-    return parameters.describe(problem.calibration, serving_overrides(problem), problem.spec.serving.engine)
+    return result.params.used
 
 
 def result_to_dict(result: PlanResult) -> dict:
@@ -121,7 +118,7 @@ def result_to_dict(result: PlanResult) -> dict:
                        "output_tokens": w.output.describe() if w.output else None,
                        "slo": w.slo.model_dump() if w.slo else None} for w in problem.workloads],
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
-        "serving_parameters": _parameters_used(problem),
+        "serving_parameters": _parameters_used(result),
         "margins": margins.describe(),
         **({"verification": verify_settings()} if result.verified else {}),
         "timings_s": result.timings_s,

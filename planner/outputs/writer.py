@@ -205,8 +205,6 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
     """Every output file of a solve, in memory, and the run record (without timestamps)."""
     from planner.outputs import launch, plots, report
     from planner.outputs.result_json import result_to_dict
-    from planner import parameters
-    from planner.search import serving_overrides, serving_params
 
     doc = result_to_dict(result)
     problem = result.problem
@@ -228,9 +226,8 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
         "input": {"path": problem.path, "sha256": file_sha256(problem.path)},
         "catalog_versions": dict(sorted(problem.catalog.versions.items())),
         "status": result.status, "solver": result.solver, "candidates": result.counts,
-        "serving_params": {k: float(v) for k, v in serving_params(problem).as_dict().items()},
-        "serving_parameters_used": parameters.describe(problem.calibration, serving_overrides(problem),
-                                                       problem.spec.serving.engine),
+        "serving_params": {k: float(v) for k, v in result.params.base.as_dict().items()},
+        "serving_parameters_used": result.params.used,
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
         "timings_s": result.timings_s,
     }
@@ -242,7 +239,7 @@ def write_outputs(result, out_dir) -> Path:
 
     Parameters
     ----------
-    result : planner.pipeline.PlanResult
+    result : planner.planning.PlanResult
     out_dir : str or Path
 
     Returns
