@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.serving import moe
 from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
 
 
 def weights_bytes(c: ConfigArrays) -> np.ndarray:
-    """M_w = P * w [bytes], the whole model's weights."""
-    return c.params_total * c.weight_bytes_per_param
+    """M_w = P * w [bytes], the whole model's weights (with attention DP: as one replica
+    stores them, :func:`planner.serving.moe.weights_bytes`)."""
+    plain = c.params_total * c.weight_bytes_per_param
+    return moe.weights_bytes(c, plain) if moe.has_layout(c) else plain   # issue 14: attention DP
 
 
 def weights_bytes_per_gpu(c: ConfigArrays) -> np.ndarray:
@@ -53,7 +56,8 @@ def kv_fraction_per_gpu(c: ConfigArrays) -> np.ndarray:
     """
     layers = np.ceil(c.n_layers / c.pp) / c.n_layers
     heads = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / c.tp) / c.n_kv_heads, 1.0)
-    return layers * heads
+    plain = layers * heads
+    return moe.kv_fraction_per_gpu(c, plain) if moe.has_layout(c) else plain   # issue 14: attention DP
 
 
 def kv_budget_bytes_per_gpu(c: ConfigArrays, p: ServingParams) -> np.ndarray:
