@@ -62,12 +62,12 @@ def test_layout_communication_of_one_round(catalog):
     plain = _arrays(catalog)
     ep = _arrays(catalog, ep=8.0, attention_dp=True)
     # attention DP over all 8 GPUs: no attention all-reduce; dispatch + combine per layer
-    a2a = 917_504 * 7 / 8 / 450e9 + 5e-6
-    assert roofline.tp_comm_time_s(ep, P, 64.0)[0] == pytest.approx(61 * 2 * a2a, rel=1e-12)
+    a2a = 2 * 917_504 * 7 / 8 / 450e9 + 5e-6       # dispatch + combine transfers, one latency
+    assert roofline.tp_comm_time_s(ep, P, 64.0)[0] == pytest.approx(61 * a2a, rel=1e-12)
     # ep 8 with attention TP: one attention all-reduce of 64 rows over 8 GPUs per layer, plus the all-to-all
     ar = 2 * 7 / 8 * 2 * 64 * 7168 / 450e9 + 5e-6
     tp_ep = _arrays(catalog, ep=8.0)
-    assert roofline.tp_comm_time_s(tp_ep, P, 64.0)[0] == pytest.approx(61 * (ar + 2 * a2a), rel=1e-12)
+    assert roofline.tp_comm_time_s(tp_ep, P, 64.0)[0] == pytest.approx(61 * (ar + a2a), rel=1e-12)
     # the dense layout: the seed's 2L all-reduces, unchanged
     assert roofline.tp_comm_time_s(plain, P, 64.0)[0] == pytest.approx(2 * 61 * ar, rel=1e-12)
 
@@ -158,3 +158,35 @@ def test_evaluate_with_a_layout_is_the_reference_composition(catalog):
     c = _arrays(catalog, ep=8.0, attention_dp=True)
     out, ref = evaluate(c, P), evaluate_reference(c, P)
     assert out["tpot_s"][0] == ref["tpot_s"][0] and out["max_concurrency"][0] == ref["max_concurrency"][0]
+
+
+# ------------------------------------------------------------------ accuracy rows carry the layout
+
+
+def _measurement(**overrides):
+    base = {"id": "X1", "source": "[InferenceX dashboard] x", "engine": "sglang",
+            "engine_version": "lmsysorg/sglang:v0.5.9-cu130", "model": "deepseek-v3", "gpu": "b200",
+            "num_gpus": 8, "tp": 8, "pp": np.nan, "ep": 8, "weight_dtype": "fp4", "kv_dtype": np.nan,
+            "mode": "agg", "isl": 1024, "osl": 1024, "load_kind": "concurrency", "load_value": 64,
+            "metric": "tpot_ms_median", "value": 20.0, "unit": "ms",
+            "notes": "DeepSeek-R1-0528; attention data-parallel (dp-attention) || agg tp8/ep8/dpa"}
+    return {**base, **overrides}
+
+
+def test_accuracy_rows_carry_ep_and_attention_dp(catalog):
+    from planner import accuracy
+    from planner.accuracy_layout import layout_rows
+
+    df = pd.DataFrame([_measurement(),
+                       _measurement(id="X2", notes="attention tensor-parallel || agg tp8/ep8/nodpa"),
+                       _measurement(id="X3", ep=np.nan, notes="attention tensor-parallel || agg tp8/ep1/nodpa"),
+                       _measurement(id="X4", mode="disagg")])
+    assert layout_rows(df).tolist() == [True, True, False, False]     # disaggregated rows are wt-14b's
+    rows, _ = accuracy.prepare_rows(df, catalog)
+    assert rows["attention_dp"].tolist() == [8.0, 1.0, 1.0]
+    c = accuracy.row_arrays(catalog, rows)
+    assert c.ep.tolist() == [8.0, 8.0, 1.0] and c.attention_dp.tolist() == [8.0, 0.0, 0.0]
+    plain = c.replace(ep=np.ones(3), attention_dp=np.zeros(3))
+    # DP attention: the MLA latent of each sequence on one GPU of eight (section 13.5)
+    assert memory.kv_fraction_per_gpu(c).tolist() == [pytest.approx(1 / 8), 1.0, 1.0]
+    assert roofline.tp_comm_time_s(c, P, 64.0)[2] == roofline.tp_comm_time_s(plain, P, 64.0)[2]

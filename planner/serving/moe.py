@@ -128,17 +128,17 @@ def scale_up_group(c: ConfigArrays) -> np.ndarray:
     return np.minimum(ep_size(c), c.domain_gpus)
 
 
-def all_to_all_time_s(c: ConfigArrays, p: ServingParams, tokens, bytes_per_token, link_latency_s) -> np.ndarray:
-    """One all-to-all over the EP group, ``tokens`` tokens of the step, per GPU [s].
+def all_to_all_transfer_s(c: ConfigArrays, tokens, bytes_per_token) -> np.ndarray:
+    """Transfer time of one all-to-all over the EP group, ``tokens`` tokens of the step, per
+    GPU [s] (no fixed latency: :func:`all_to_all_latency_s`).
 
     Notes
     -----
     Each of the E ranks sends the k expert copies of its tokens/E tokens; an expert sits on
     any rank with probability 1/E, so (G - 1)/E of the bytes cross the scale-up link and
     (E - G)/E leave the domain over the scale-out network, G = min(E, domain). The two links
-    work in parallel:
-    ``t = max(V (G-1)/E / beta_link, V (E-G)/E / beta_out) + tau_up + [E > G] tau_out``,
-    V = tokens/E x bytes_per_token. No link where one is needed: infinite.
+    work in parallel: ``max(V (G-1)/E / beta_link, V (E-G)/E / beta_out)``, V = tokens/E x
+    bytes_per_token. No link where one is needed: infinite.
     """
     e = ep_size(c)
     g = scale_up_group(c)
@@ -147,8 +147,21 @@ def all_to_all_time_s(c: ConfigArrays, p: ServingParams, tokens, bytes_per_token
     with np.errstate(divide="ignore", invalid="ignore"):
         t_in = np.where(inside > 0, np.where(c.link_bytes_per_s > 0, inside / c.link_bytes_per_s, np.inf), 0.0)
         t_out = np.where(e > g, np.where(c.scale_out_bytes_per_s > 0, outside / c.scale_out_bytes_per_s, np.inf), 0.0)
-    latency = np.where(g > 1.0, link_latency_s, 0.0) + np.where(e > g, p.scale_out_latency_s, 0.0)
-    return np.maximum(t_in, t_out) + latency
+    return np.maximum(t_in, t_out)
+
+
+def all_to_all_latency_s(c: ConfigArrays, p: ServingParams, link_latency_s) -> np.ndarray:
+    """Fixed latency of one dispatch + combine pair: tau (the scale-up link's all-reduce
+    latency) when the group has a peer on the domain, plus ``scale_out_latency_s`` when it
+    leaves the domain. One per pair, as one per all-reduce (reduce-scatter + all-gather):
+    the MoE layer keeps the fixed cost of the FFN all-reduce it replaces."""
+    g = scale_up_group(c)
+    return np.where(g > 1.0, link_latency_s, 0.0) + np.where(ep_size(c) > g, p.scale_out_latency_s, 0.0)
+
+
+def all_to_all_time_s(c: ConfigArrays, p: ServingParams, tokens, bytes_per_token, link_latency_s) -> np.ndarray:
+    """One all-to-all with its fixed latency: transfer + latency [s]."""
+    return all_to_all_transfer_s(c, tokens, bytes_per_token) + all_to_all_latency_s(c, p, link_latency_s)
 
 
 def allreduce_time_s(c: ConfigArrays, p: ServingParams, group, rows, link_latency_s) -> np.ndarray:
@@ -165,14 +178,14 @@ def comm_time_s(c: ConfigArrays, p: ServingParams, tokens, plain, link_latency_s
 
     ``L (AR(N/D, tokens/D) + FFN)``, FFN = AR(N, tokens) for E = 1 (with D > 1 the MoE TP
     gathers every rank's tokens: all-gather plus reduce-scatter, the volume of an
-    all-reduce) or dispatch + combine all-to-all for E > 1. With D = E = 1 this is the
+    all-reduce) or, for E > 1, the dispatch and combine transfers plus one fixed latency. With D = E = 1 this is the
     seed's 2L all-reduces; those rows return ``plain`` (``roofline.tp_comm_time_s``).
     """
     n, d, e = c.tp, attention_dp_ranks(c), ep_size(c)
     x = np.asarray(tokens, dtype=float)
     attention = allreduce_time_s(c, p, np.maximum(n / d, 1.0), x / d, link_latency_s)
     ffn_tp = allreduce_time_s(c, p, n, x, link_latency_s)
-    ffn_ep = (all_to_all_time_s(c, p, x, dispatch_bytes_per_token(c, p), link_latency_s)
-              + all_to_all_time_s(c, p, x, combine_bytes_per_token(c, p), link_latency_s))
+    ffn_ep = (all_to_all_transfer_s(c, x, dispatch_bytes_per_token(c, p))
+              + all_to_all_transfer_s(c, x, combine_bytes_per_token(c, p)) + all_to_all_latency_s(c, p, link_latency_s))
     layout = c.n_layers * (attention + np.where(e > 1.0, ffn_ep, ffn_tp))
     return np.where(_dense_rows(c), plain, layout)
