@@ -39,8 +39,11 @@ def attention_dp_ranks(c: ConfigArrays) -> np.ndarray:
 
 
 def has_layout(c: ConfigArrays) -> bool:
-    """Whether any configuration of ``c`` uses expert parallelism or attention DP."""
-    return bool(np.any(ep_size(c) > 1.0) or np.any(c.attention_dp > 1.0))
+    """Whether any configuration of ``c`` uses expert parallelism or attention DP (cheap when
+    the layout columns are the scalar defaults: the hooks call it on every step function)."""
+    if np.any(c.attention_dp > 1.0):
+        return True
+    return bool(np.any(c.ep > 1.0) and np.any(ep_size(c) > 1.0))
 
 
 def _dense_rows(c: ConfigArrays) -> np.ndarray:
