@@ -69,6 +69,9 @@ def main(argv=None) -> int:
     n, k = len(selected), len(scored)
     print(f"layout rows (agg, ep > 1 or attention DP): {n}; predicted {k} ({k / n:.1%}; target "
           f">= {COVERAGE_TARGET:.0%}: {'ok' if k / n >= COVERAGE_TARGET else 'MISS'})")
+    derived = int(skipped["reason"].str.contains("tp x pp x ep", regex=False).sum())
+    print(f"  of which distinct measurements: {k} of {n - derived} ({k / (n - derived):.1%}; the {derived} "
+          "whole-deployment totals skipped are per-GPU rows times num_gpus = tp x ep)")
     central = scored[scored["statistic"].isin(["mean", "median"])]
     print("all statistics:  " + _stats(scored))
     print("mean/median:     " + _stats(central))

@@ -190,3 +190,14 @@ def test_accuracy_rows_carry_ep_and_attention_dp(catalog):
     # DP attention: the MLA latent of each sequence on one GPU of eight (section 13.5)
     assert memory.kv_fraction_per_gpu(c).tolist() == [pytest.approx(1 / 8), 1.0, 1.0]
     assert roofline.tp_comm_time_s(c, P, 64.0)[2] == roofline.tp_comm_time_s(plain, P, 64.0)[2]
+
+
+def test_faster_links_never_predict_slower_steps(catalog):
+    # physics: more scale-out or scale-up bandwidth never slows the all-to-all or the step
+    c = _arrays(catalog, tp=16, ep=16.0, attention_dp=True)
+    times = [roofline.StepModel(c.replace(scale_out_bytes_per_s=b), P).time(64.0)[0] for b in (25e9, 50e9, 100e9)]
+    assert times[0] >= times[1] >= times[2]
+    links = [roofline.tp_comm_time_s(c.replace(link_bytes_per_s=b), P, 64.0)[0] for b in (225e9, 450e9, 900e9)]
+    assert links[0] >= links[1] >= links[2]
+    # a group that stays on one scale-up domain never costs more than one that leaves it
+    assert roofline.tp_comm_time_s(c.replace(domain_gpus=72.0), P, 64.0)[0] <= roofline.tp_comm_time_s(c, P, 64.0)[0]
