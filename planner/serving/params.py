@@ -79,10 +79,6 @@ class ServingParams:
             out[f.name] = value
         return out
 
-
-#: Parameters of the expert-parallel terms (issue 14, :mod:`planner.serving.moe`).
-LAYOUT_FIELDS = ("expert_load_imbalance", "dispatch_bytes_per_element", "scale_out_latency_s")
-
     def take(self, rows) -> "ServingParams":
         """The parameters of configuration rows ``rows``: 1-D array fields of more than one
         element are indexed; scalars and one-element arrays (they broadcast) are kept."""
@@ -91,6 +87,10 @@ LAYOUT_FIELDS = ("expert_load_imbalance", "dispatch_bytes_per_element", "scale_o
             arr = np.asarray(value)
             out[key] = arr[rows] if arr.ndim == 1 and arr.size > 1 else value
         return replace(self, **out)
+
+
+#: Parameters of the expert-parallel terms (issue 14, :mod:`planner.serving.moe`).
+LAYOUT_FIELDS = ("expert_load_imbalance", "dispatch_bytes_per_element", "scale_out_latency_s")
 
 
 SEED_PARAMS = ServingParams()
