@@ -39,7 +39,6 @@ from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupan
 METRICS = ("tpot_p95_s", "ttft_p95_s")
 #: ``optimize.fronts`` / ``--fronts``: which fronts a solve computes.
 FRONT_MODES = ("none", "mixed", "used", "all")
-DEFAULT_FRONTS = "used"
 #: The knee: the tightest target where tightening by 1 % raises the cost lower bound by at
 #: most this many percent (the elasticity -dln(cost)/dln(target)); overridable per problem
 #: as ``optimize.front_knee_elasticity``.

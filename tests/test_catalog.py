@@ -1,7 +1,6 @@
 """Catalogs: every entry loads and has a source; ids resolve; HF config import."""
 
 import json
-from pathlib import Path
 
 import pytest
 

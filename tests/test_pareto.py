@@ -6,7 +6,6 @@ import contextlib
 import io
 import json
 
-import numpy as np
 import pytest
 import yaml
 

@@ -29,7 +29,6 @@ import pandas as pd
 CHUNK_SCENARIOS = 8
 #: Percentiles reported per option.
 PERCENTILES = (10, 50, 90)
-EXECUTORS = ("local", "ray")
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def latency_outputs(tpot, prefill, wait, throughput, p: ServingParams) -> dict:
 def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=None) -> dict:
     """See :func:`planner.serving.evaluate.evaluate` (same arguments, same results)."""
     users = c.batch if users is None else np.asarray(users, dtype=float)
-    tp, pp, b, ctx, pt = c.tp, c.pp, c.batch, c.context_tokens, c.prompt_tokens
+    tp, pp, b, ctx = c.tp, c.pp, c.batch, c.context_tokens
     L, d = c.n_layers, c.hidden_size
     nS = gpus_per_replica(c)
     # memory.py
