@@ -2,8 +2,8 @@
 
     python benchmarks/bench_accuracy_disagg.py [--calibration default|none|PATH] [--reference DIR]
 
-Reads ``measurements.csv`` and ``inferencex-deepseek-r1.csv`` of the shared reference folder
-(default ``../shared/reference``), keeps the ``mode == disagg`` rows whose prefill and decode
+Reads ``measurements.csv`` and ``inferencex-deepseek-r1.csv`` (default: the copies in
+``benchmarks/data/``), keeps the ``mode == disagg`` rows whose prefill and decode
 layout is recorded (:func:`planner.accuracy_disagg.disagg_layouts`), predicts them
 (:func:`planner.accuracy_disagg.predict_disagg_rows`) and prints coverage and median APE per
 metric family (issue 14's targets: >= 90% predicted; median APE TPOT <= 20%, TTFT <= 35%,
@@ -23,7 +23,7 @@ from planner.accuracy_rows import load_measurement_files, source_family
 from planner.catalog import load_catalog
 from planner.parameters import load as load_calibration
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+REFERENCE = Path(__file__).resolve().parent / "data"
 FILES = ("measurements.csv", "inferencex-deepseek-r1.csv")
 #: Issue 14's targets: median APE per family [%].
 TARGETS = {"tpot_itl": 20.0, "ttft": 35.0, "throughput": 25.0}

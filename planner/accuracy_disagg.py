@@ -6,7 +6,7 @@ its prefill/decode layout from the row and its notes (:func:`disagg_layouts`);
 :func:`predict_disagg_rows` predicts every row with the closed loop of
 :func:`pd_closed_loop`; :func:`score_disagg_rows` gives the absolute percentage errors.
 ``benchmarks/bench_accuracy_disagg.py`` prints coverage and median APE per metric family.
-The model is documented in ``docs/accuracy.md`` (section "Disaggregated rows").
+The model and the figures: ``docs/serving-model.md`` section 13.4.
 """
 
 from __future__ import annotations
