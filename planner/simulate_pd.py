@@ -213,10 +213,16 @@ def run_pd_requests(d: DisaggArrays, arrival_s, prompt_tokens, output_tokens, *,
                       output_tokens, transfer, rate_per_s=rate_per_s, seed=seed, warmup_fraction=warmup_fraction)
 
 
-def _stat(values: np.ndarray, q: float | None) -> float:
-    if values.size == 0:
-        return math.nan
-    return float(np.mean(values)) if q is None else float(np.percentile(values, q))
+def _p50_p95_mean(values: np.ndarray) -> tuple[float, float, float]:
+    """Median, 95th percentile and mean of ``values`` (NaN when empty)."""
+    if not values.size:
+        return math.nan, math.nan, math.nan
+    p50, p95 = np.percentile(values, [50, 95])
+    return float(p50), float(p95), float(values.mean())
+
+
+def _mean(values: np.ndarray) -> float:
+    return float(values.mean()) if values.size else math.nan
 
 
 def _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finish, prompt_tokens, output_tokens,
@@ -232,16 +238,18 @@ def _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finis
     w1 = float(arrival[-1])
     window = w1 - w0
     in_window = done & (finish >= w0) & (finish <= w1)
+    ttft_p50, ttft_p95, ttft_mean = _p50_p95_mean(ttft)
+    tpot_p50, tpot_p95, tpot_mean = _p50_p95_mean(tpot)
     return PDSimulationResult(
         rate_per_s=float(rate_per_s), seed=int(seed), prefill_replicas=int(_scalar(d.prefill_replicas)),
         decode_replicas=int(_scalar(d.decode_replicas)), requests=int(measured.sum()),
         rejected_requests=int((~done).sum()),
-        ttft_p50_s=_stat(ttft, 50), ttft_p95_s=_stat(ttft, 95), ttft_mean_s=_stat(ttft, None),
-        tpot_p50_s=_stat(tpot, 50), tpot_p95_s=_stat(tpot, 95), tpot_mean_s=_stat(tpot, None),
-        prefill_wait_mean_s=_stat((prefill_admit - arrival)[measured], None),
-        prefill_time_mean_s=_stat((prefill_done - prefill_admit)[measured], None),
-        kv_transfer_mean_s=_stat(transfer[measured], None),
-        decode_wait_mean_s=_stat((first - kv_arrival)[measured], None),
+        ttft_p50_s=ttft_p50, ttft_p95_s=ttft_p95, ttft_mean_s=ttft_mean,
+        tpot_p50_s=tpot_p50, tpot_p95_s=tpot_p95, tpot_mean_s=tpot_mean,
+        prefill_wait_mean_s=_mean((prefill_admit - arrival)[measured]),
+        prefill_time_mean_s=_mean((prefill_done - prefill_admit)[measured]),
+        kv_transfer_mean_s=_mean(transfer[measured]),
+        decode_wait_mean_s=_mean((first - kv_arrival)[measured]),
         throughput_tokens_per_s=float(output_tokens[in_window].sum() / window) if window > 0 else math.nan,
         window_s=window, arrival_s=arrival, prefill_done_s=prefill_done, kv_arrival_s=kv_arrival,
         first_token_s=first, finish_s=finish, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
