@@ -137,11 +137,11 @@ def main() -> None:
     s = result.solver
     print(f"optimum: {s['status']}, ${s['objective_usd_per_hour']:.2f}/h, gap {s['gap']}, "
           f"search {result.timings_s['search']:.2f} s + solve {result.timings_s['solve']:.2f} s = {t_opt:.2f} s")
-    from planner.pipeline import solver_options
+    from planner.planning import solver_options
 
     metrics = ("tpot_p95_s", "ttft_p95_s") if args.both_metrics else ("tpot_p95_s",)
     t1 = time.perf_counter()
-    fronts = pareto_fronts(problem, result.candidates, solver_options(problem), points=args.points,
+    fronts = pareto_fronts(problem, result.candidates, result.params, solver_options(problem), points=args.points,
                            metrics=metrics, fronts=args.fronts, used_gpus=sorted(result.best.gpus_by_type),
                            optimum=result.best)
     t_front = time.perf_counter() - t1

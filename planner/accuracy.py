@@ -6,7 +6,8 @@ maps each row onto a catalog configuration (or a skip reason), the load models a
 :mod:`planner.accuracy_loads`,
 :func:`predict_rows` predicts every prepared row in one vectorized pass per load kind, and
 :func:`accuracy_report` scores them (absolute percentage error per row, median and mean per
-metric, the worst rows). How each ``load_kind`` is modelled (DESIGN sections 4 and 5):
+metric, the worst rows). How each ``load_kind`` is modelled (step times: docs/serving-model.md sections 4-6;
+waits: section 9; docs/accuracy.md, "How a row is predicted"):
 
 * ``concurrency`` N: a closed loop of N/replicas users per replica (:func:`planner.accuracy_loads.closed_loop`):
   the staggered steady state (Little's law fixed point with chunked prefill riding on the
@@ -26,12 +27,10 @@ and the occupancy spread (an approximation, documented in ``docs/accuracy.md``).
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import numpy as np
 import pandas as pd
 
-from planner.accuracy_loads import Harness, burst, closed_loop, open_loop, step_model
+from planner.accuracy_loads import Harness, burst, closed_loop, open_loop, static_batch
 from planner.accuracy_rows import (FAMILIES, KV_DTYPES, MEASUREMENT_COLUMNS, METRICS, WEIGHT_FORMATS,  # noqa: F401
                                    engine_release, load_measurement_files, load_measurements, prepare_rows,
                                    source_family)
@@ -45,20 +44,12 @@ from planner.serving.params import ServingParams
 MS_PER_S = 1000.0
 #: Quantiles of the named statistics.
 QUANTILES = {"median": 0.5, "p90": 0.90, "p95": 0.95, "p99": 0.99}
-#: TensorRT-LLM gives the KV cache this fraction of the memory left after weights and
-#: activations (``kv_cache_free_gpu_mem_fraction``; aiconfigurator's
-#: TRTLLM_DEFAULT_FREE_GPU_MEMORY_FRACTION); vLLM and SGLang cap total use instead
-#: (``gpu_memory_utilization`` / ``mem_fraction_static``), as the planner's memory model does.
-TRTLLM_FREE_MEMORY_FRACTION = 0.9
 #: Largest in-flight batch assumed for ``max_throughput`` rows (the engine picked it and did
 #: not publish it): TensorRT-LLM's default ``max_batch_size``.
 MAX_THROUGHPUT_BATCH = 2048.0
 #: Load kinds measured offline, inside the engine's own C++ benchmark (batch-1 latency,
 #: static batches): no HTTP server, tokenizer or streaming, so no ``request_overhead_s``.
 OFFLINE_LOAD_KINDS = ("single", "static_batch")
-
-
-
 
 # ------------------------------------------------------------------ the load models
 
@@ -74,62 +65,7 @@ def _arrays(catalog: Catalog, rows: pd.DataFrame, batch, context=None) -> Config
         "context_tokens": np.nan if context is None else np.asarray(context, float) * np.ones(len(rows)),
     })
     c, _ = config_arrays(catalog, frame)
-    return attention_dp_arrays(c, rows["attention_dp"].to_numpy(float))
-
-
-def attention_dp_arrays(c: ConfigArrays, attention_dp) -> ConfigArrays:
-    """The measured layout with attention data parallelism over ``attention_dp`` ranks.
-
-    Notes
-    -----
-    With D attention-DP ranks inside the N GPUs of a stage, each rank holds the KV of its
-    own b/D sequences over an attention TP group of N/D GPUs, and the dense (non-expert)
-    weights are replicated D times. Expressed on the model's columns: the KV bytes per
-    element are scaled by (ceil(n_kv/(N/D))/n_kv) / (D f_kv), f_kv the plain-TP share
-    (MLA: 1/D), and the dense parameters are counted D times in ``params_total``.
-    """
-    d = np.asarray(attention_dp, dtype=float)
-    if not np.any(d > 1):
-        return c
-    attn_tp = np.maximum(c.tp / d, 1.0)
-    plain = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / c.tp) / c.n_kv_heads, 1.0)
-    split = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / attn_tp) / c.n_kv_heads, 1.0)
-    kv_scale = split / (d * plain)
-    dense = c.params_total - c.routed_expert_params
-    return c.replace(kv_bytes_per_element=c.kv_bytes_per_element * kv_scale,
-                     params_total=c.params_total + dense * (d - 1.0))
-
-
-
-
-def _take(p: ServingParams, index) -> ServingParams:
-    """The rows ``index`` of a ServingParams whose fields may be per-row arrays."""
-    out = {}
-    for key, value in p.as_dict().items():
-        arr = np.asarray(value)
-        out[key] = arr[index] if arr.ndim == 1 and arr.size > 1 else value
-    return ServingParams(**out)
-
-
-def engine_memory_params(c: ConfigArrays, p: ServingParams, engines) -> ServingParams:
-    """``p`` with TensorRT-LLM rows' memory budget expressed as the planner's utilization.
-
-    Notes
-    -----
-    TensorRT-LLM: KV = f (M - W - ws) with f = TRTLLM_FREE_MEMORY_FRACTION, which equals the
-    planner's u M - W - ws for u = (f (M - W - ws) + W + ws) / M (per GPU; clipped to
-    [0, 1]). Other engines keep ``p.gpu_memory_utilization``.
-    """
-    engines = np.asarray(engines, dtype=object)
-    trt = engines == "trtllm"
-    if not trt.any():
-        return p
-    weights = memory.weights_bytes_per_gpu(c)
-    fixed = weights + p.workspace_bytes
-    util = (TRTLLM_FREE_MEMORY_FRACTION * np.maximum(c.memory_bytes - fixed, 0.0) + fixed) / c.memory_bytes
-    util = np.clip(util, 0.0, 1.0)
-    base = np.broadcast_to(np.asarray(p.gpu_memory_utilization, dtype=float), util.shape)
-    return p.with_overrides(gpu_memory_utilization=np.where(trt, util, base))
+    return memory.attention_dp_arrays(c, rows["attention_dp"].to_numpy(float))
 
 
 def row_arrays(catalog: Catalog, rows: pd.DataFrame) -> ConfigArrays:
@@ -174,10 +110,10 @@ def predict_rows(catalog: Catalog, rows: pd.DataFrame, params: ServingParams,
         # share it), expanded back to the rows.
         points, back = np.unique(first[idx], return_inverse=True)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            r = _predict_kind(_take_columns(cols, points), take_arrays(arrays, points, len(rows)),
-                              _take(params, points), harness.take(points), kind)
+            r = _predict_kind(_take_columns(cols, points), arrays.take(points), params.take(points),
+                              harness.take(points), kind)
             r = {k: np.broadcast_to(v, points.shape)[back] for k, v in r.items()}
-            pred[idx] = _metric_values(_take_columns(cols, idx), r, _take(params, idx))
+            pred[idx] = _metric_values(_take_columns(cols, idx), r, params.take(idx))
     return pred
 
 
@@ -235,11 +171,6 @@ def _distinct_points(cols: dict, params: ServingParams, harness: Harness):
     return first[codes], codes
 
 
-def take_arrays(c: ConfigArrays, index, n: int) -> ConfigArrays:
-    return c.replace(**{f.name: getattr(c, f.name)[index] for f in fields(c)
-                        if np.ndim(getattr(c, f.name)) == 1 and getattr(c, f.name).size == n})
-
-
 def _predict_kind(rows: dict, base: ConfigArrays, p: ServingParams, h: Harness, kind: str) -> dict:
     prompt = rows["prompt_tokens"].astype(float)
     output = rows["output_tokens"].astype(float)
@@ -247,7 +178,7 @@ def _predict_kind(rows: dict, base: ConfigArrays, p: ServingParams, h: Harness, 
     load = rows["load_value"].astype(float)
     engines = rows["engine"]
     q = rows["q"]
-    p = engine_memory_params(base, p, engines)
+    p = memory.engine_memory_params(base, p, engines)
     # Slots: TensorRT-LLM reserves a request's whole length, paged engines its current one.
     slot_ctx = np.where(engines == "trtllm", prompt + output, prompt + output / 2.0)
     slots = memory.max_concurrency(base.replace(context_tokens=slot_ctx), p)
@@ -264,14 +195,8 @@ def _predict_kind(rows: dict, base: ConfigArrays, p: ServingParams, h: Harness, 
     elif kind == "request_rate":
         r = open_loop(base.replace(batch=slots), p, load / replicas, prompt, output,
                       rows["burst_requests"].astype(float) / replicas, q)
-    elif kind == "static_batch":
-        s_d = step_model(base, p).time(load, 0.0)
-        t_pf = step_model(base, p).time(0.0, load * prompt, prompt)
-        r = {"tpot_s": s_d, "ttft_s": t_pf, "rate_per_s": load / (t_pf + np.maximum(output - 1.0, 0.0) * s_d)}
-    else:  # single
-        s_d = step_model(base, p).time(1.0, 0.0)
-        t_pf = step_model(base, p).time(0.0, prompt, prompt)
-        r = {"tpot_s": s_d, "ttft_s": t_pf, "rate_per_s": 1.0 / (t_pf + np.maximum(output - 1.0, 0.0) * s_d)}
+    else:  # static_batch N, or single (N = 1)
+        r = static_batch(base, p, load if kind == "static_batch" else 1.0, prompt, output)
     return r
 
 

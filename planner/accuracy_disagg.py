@@ -14,12 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planner.accuracy import QUANTILES, attention_dp_arrays, engine_keys, engine_memory_params
+from planner.accuracy import QUANTILES, engine_keys
 from planner.accuracy_loads import (CLOSED_LOOP_ITERATIONS, RHO_CAP, Harness, mixture_ttft_quantile,
                                     wave_prefill_s)
 from planner.accuracy_rows import FAMILIES, prepare_rows
 from planner.configs import config_arrays
 from planner.serving import memory
+from planner.serving.memory import attention_dp_arrays, engine_memory_params
 from planner.serving.arrays import ConfigArrays
 from planner.serving.disagg import prefill_queue, scale_out_bytes_per_s
 from planner.serving.params import ServingParams

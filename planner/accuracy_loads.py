@@ -3,7 +3,9 @@
 * :func:`closed_loop`: ``concurrency`` N users, the staggered steady state blended with the
   synchronized first wave of the run (:class:`Harness`), quantiles of their mixture;
 * :func:`open_loop`: ``request_rate``, Poisson arrivals, Pollaczek-Khinchine and Erlang C;
-* :func:`burst`: R requests submitted at once (``max_throughput`` with a known count).
+* :func:`burst`: R requests submitted at once (``max_throughput`` with a known count);
+* :func:`static_batch`: N prompts prefilled together, then decoded together (``static_batch``
+  N and ``single``, N = 1).
 
 All take :class:`planner.serving.arrays.ConfigArrays` and :class:`ServingParams` (fields
 may be per-row arrays) and return per-row arrays; :mod:`planner.accuracy` maps the rows of a
@@ -20,7 +22,7 @@ import numpy as np
 from planner.serving import memory
 from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
-from planner.serving.queueing import erlang_c_halfin_whitt
+from planner.serving.queueing import erlang_c_halfin_whitt, exponential_tail_quantile
 from planner.serving.roofline import StepModel
 
 #: Fixed-point iterations of the closed loop (damped).
@@ -113,11 +115,12 @@ def exponential_wait(mean_wait, p_wait, q) -> np.ndarray:
 
     Notes
     -----
-    Mean ``mean_wait``; quantile (mean_wait / P) ln(P / (1 - q)) where P > 1 - q, else 0.
+    Mean ``mean_wait``; quantile (mean_wait / P) ln(P / (1 - q)) where P > 1 - q, else 0
+    (:func:`planner.serving.queueing.exponential_tail_quantile`).
     """
     q = np.asarray(q, dtype=float)
     p_wait = np.clip(np.asarray(p_wait, dtype=float), 1e-12, 1.0)
-    tail = mean_wait / p_wait * np.log(np.maximum(p_wait / np.maximum(1.0 - q, 1e-12), 1.0))
+    tail = exponential_tail_quantile(p_wait, mean_wait / p_wait, np.minimum(q, 1.0 - 1e-12))
     return np.where(np.isfinite(q), tail, mean_wait)
 
 
@@ -287,3 +290,17 @@ def burst(c: ConfigArrays, p: ServingParams, requests, slots, prompt, output) ->
     duration = t_pf + later / mu + np.maximum(output - 1.0, 0.0) * steady["tpot_s"]
     return {"tpot_s": steady["tpot_s"], "ttft_s": ttft, "rate_per_s": requests / duration,
             "occupancy": steady["occupancy"]}
+
+
+def static_batch(c: ConfigArrays, p: ServingParams, batch, prompt, output) -> dict:
+    """``batch`` requests prefilled in one step, then decoded together (``static_batch`` N;
+    ``single``: N = 1).
+
+    Notes
+    -----
+    TTFT = T_pf = s(0, N p) (one step of N p prompt tokens), TPOT = s_d(N), rate
+    N / (T_pf + (o - 1) s_d(N)), s the step time of :class:`planner.serving.roofline.StepModel`.
+    """
+    s_d = step_model(c, p).time(batch, 0.0)
+    t_pf = step_model(c, p).time(0.0, batch * prompt, prompt)
+    return {"tpot_s": s_d, "ttft_s": t_pf, "rate_per_s": batch / (t_pf + np.maximum(output - 1.0, 0.0) * s_d)}

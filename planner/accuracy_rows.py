@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog import Catalog
+from planner.dimensions import gpus_per_replica
 from planner.schema import PlanningInputError
 
 #: Columns a measurement file must have (the reference schema).
@@ -162,7 +163,7 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
 
     df["tp"] = df["tp"].astype(float)
     df["pp"] = df["pp"].fillna(1.0).astype(float)
-    per_replica = df["tp"] * df["pp"]
+    per_replica = gpus_per_replica(df)
     # Expert parallelism runs inside the TP group (``--tp 8 --ep 8`` is 8 GPUs). Rows whose
     # GPU count is tp x pp x ep count each GPU ep times: their per-GPU throughput matches one
     # instance of tp x pp GPUs serving the whole concurrency (InferenceX: per-GPU x tp /

@@ -8,6 +8,7 @@ import pandas as pd
 from planner import parameters
 from planner.catalog import Catalog
 from planner.configs import config_arrays
+from planner.dimensions import gpus_per_replica
 from planner.schema import PlanningInputError
 from planner.serving import economics, memory
 from planner.serving.evaluate import evaluate
@@ -51,8 +52,7 @@ def config_params(catalog: Catalog, model, gpu, quant, calibration: str | None =
     flags) on top. ``model``, ``gpu`` and ``quant`` are catalog entries (:func:`_resolve`).
     """
     cal = parameters.load(calibration)
-    return cal, parameters.resolve([gpu.id], cal, overrides, engine=engine, model_ids=[model.id],
-                                   math_modes=[catalog.math_mode(gpu.id, quant.id)])
+    return cal, parameters.for_configs(catalog, cal, overrides, engine, [gpu.id], [quant.id], [model.id])
 
 
 def _frame(model, gpu, quant, kv, tp, pp, batches, prompt, output, context) -> pd.DataFrame:
@@ -115,7 +115,7 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
         "model": m.id, "gpu": g.id, "tp": tp, "pp": pp, "quantization": q.id,
         "kv_cache_dtype": k.id, "batch": b, "max_batch": batch, "users": users,
         "prompt_tokens": prompt, "output_tokens": output,
-        "context_tokens": float(arrays.context_tokens[0]), "gpus": tp * pp,
+        "context_tokens": float(arrays.context_tokens[0]), "gpus": gpus_per_replica({"tp": tp, "pp": pp}),
         "math_fallback_to_bf16": bool(fallback[0]),
         "max_concurrency": int(out["max_concurrency"][0]) if np.isfinite(out["max_concurrency"][0]) else None,
         "usd_per_gpu_hour": price,

@@ -1,11 +1,14 @@
-"""Calibrated serving parameters: load them, apply them per GPU, engine and model, fit them to measurements.
+"""Calibrated serving parameters, the data part: the parameters' declarations, load and write
+a calibration, look its values up per GPU, engine, model and math, compose them.
 
 A calibration is factorized: hardware parameters per GPU (:data:`GPU_PARAMETERS`: bandwidth
 and compute efficiency, all-reduce latency), software parameters per serving engine
 (:data:`ENGINE_PARAMETERS`: step and request overheads, a kernel-efficiency factor), and
 optional per-model adjustments (:data:`MODEL_PARAMETERS`). Each falls back to the global
-fit (``default``) where the data had no group. :func:`planner.calibration_fit.fit_calibration` fits them to
-published measurements; the shipped result is ``catalogs/calibration.yaml``;
+fit (``default``) where the data had no group. The fitting part is :mod:`planner.calibration_fit`
+(:func:`~planner.calibration_fit.fit_calibration` fits them to published measurements and
+:func:`~planner.calibration_fit.gpu_priors` says where unmeasured GPUs borrow their hardware
+values); the shipped result is ``catalogs/calibration.yaml``;
 ``load_calibration('none')`` returns None (the seeds' values).
 """
 
@@ -202,7 +205,7 @@ class Calibration:
     provenance: dict = field(default_factory=dict)
     path: str | None = None
     #: GPU without values of its own -> ``{"borrowed_from": measured GPU id or None, "reason"}``
-    #: (:func:`gpu_priors`); such a GPU is "uncalibrated" in every output.
+    #: (:func:`planner.calibration_fit.gpu_priors`); such a GPU is "uncalibrated" in every output.
     gpu_priors: dict = field(default_factory=dict)
     #: Prediction intervals from out-of-fold errors (:mod:`planner.calibration_intervals`).
     intervals: dict = field(default_factory=dict)
@@ -420,35 +423,6 @@ def calibration_from_dict(doc: dict, path: str | None = None) -> Calibration:
 #: Top-level keys of a calibration YAML that are not provenance.
 CALIBRATION_SECTIONS = ("default", "gpus", "engines", "releases", "math", "models", "campaigns",
                         "uncalibrated_gpus", "intervals")
-
-
-def gpu_priors(catalog, measured) -> dict:
-    """Where each catalog GPU without values of its own borrows its hardware values.
-
-    The measured GPU (in ``measured``) of the same vendor and memory technology whose datasheet
-    bandwidth is nearest (|ln ratio|, then id); without one, the nearest measured GPU of the
-    same vendor; without any measured GPU of the vendor: None (the seed defaults). Never an
-    average over other vendors' GPUs.
-    """
-    measured = sorted(g for g in measured if g in catalog.gpus.entries)
-    out = {}
-    for gid in sorted(catalog.gpus.entries):
-        if gid in measured:
-            continue
-        g = catalog.gpu(gid)
-        same = [catalog.gpu(m) for m in measured if catalog.gpu(m).vendor == g.vendor]
-        tech = [m for m in same if g.memory_technology and m.memory_technology == g.memory_technology]
-        pool = tech or same
-        if not pool:
-            out[gid] = {"borrowed_from": None, "reason": f"no measured {g.vendor} GPU: seed defaults"}
-            continue
-        near = min(pool, key=lambda m: (abs(np.log(m.memory_bandwidth_tb_per_s / g.memory_bandwidth_tb_per_s)),
-                                        m.id))
-        why = (f"nearest measured {g.vendor} {g.memory_technology} GPU by memory bandwidth" if tech else
-               f"no measured {g.vendor} {g.memory_technology or ''} GPU: nearest measured {g.vendor} GPU "
-               "by memory bandwidth")
-        out[gid] = {"borrowed_from": near.id, "reason": " ".join(why.split())}
-    return out
 
 
 def load_calibration(spec: str | Path | None = "default") -> Calibration | None:

@@ -9,7 +9,7 @@ Three fold schemes (:data:`SCHEMES`), each holding whole groups of rows out of t
   nvidia``): how a campaign
   the fit never saw (its harness, its client, its engine build) is predicted;
 * ``gpu``: GPUs: a held-out GPU gets the hardware values of the measured GPU of its vendor
-  and memory technology (:func:`planner.calibration.gpu_priors`), as an unmeasured catalog
+  and memory technology (:func:`planner.calibration_fit.gpu_priors`), as an unmeasured catalog
   GPU does.
 
 Groups go to K folds, largest first, each to the fold with the fewest rows so far

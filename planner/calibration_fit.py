@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from planner.accuracy import (Harness, add_families, engine_keys, predict_calibrated, predict_rows, row_arrays,
-                              take_arrays)
-from planner.calibration import (DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, Calibration,
-                                 compose, gpu_priors)
+from planner.accuracy import Harness, add_families, engine_keys, predict_calibrated, predict_rows, row_arrays
+from planner.calibration import DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, Calibration, compose
 from planner.serving.params import ServingParams
 
 log = logging.getLogger(__name__)
@@ -156,105 +155,163 @@ def fit_calibration(catalog, rows: pd.DataFrame, base: ServingParams | None = No
     current values; the levels are swept ``rounds`` times. The global fit is pulled toward
     the seeds, every group toward the global fit (factors and deltas toward neutral).
     """
-    base = base or ServingParams()
-    options = options or FitOptions()
-    rows = add_families(rows.reset_index(drop=True))
-    arrays = row_arrays(catalog, rows)
-    value = rows["value"].to_numpy(float)
-    families = rows["family"].to_numpy()
-    start = {**base.as_dict(), **Harness().__dict__}
-    default = {n: float(np.asarray(start[n], float).reshape(-1)[0]) for n in DEFAULT_PARAMETERS}
-    tables: dict[str, dict] = {level: {} for level in LEVELS}
-    for col in ("release", "campaign"):
-        if col not in rows:
-            rows[col] = np.nan
-    keys_of = {"gpu": rows["gpu"].to_numpy(), "engine": rows["engine"].to_numpy(),
-               "release": rows["release"].to_numpy(), "campaign": rows["campaign"].to_numpy(),
-               "math": rows["math"].to_numpy(),
-               "model": rows["model"].to_numpy()}
+    fit = _Fit.start(catalog, rows, base or ServingParams(), options or FitOptions())
+    _search_level(fit, None, [], DEFAULT_PARAMETERS)
+    batches = {level: parameter_batches(level, fit.rows, fit.options) for level in fit.options.levels}
+    for round_ in range(fit.options.rounds):
+        for level in fit.options.levels:
+            for keys, specs in batches[level]:
+                _search_level(fit, level, keys, specs)
+        log.info("calibration round %d/%d done", round_ + 1, fit.options.rounds)
+    cal = fit.calibration()
+    cal = replace(cal, provenance=dict(provenance or {}), gpu_priors=gpu_priors(catalog, cal.gpus))
+    return with_stats(cal, catalog, fit.rows, fit.base, fit.arrays)
 
-    release_of_campaign = dict(zip(keys_of["campaign"], engine_keys(rows)))
 
-    def calibration() -> Calibration:
-        return Calibration(default=dict(default), gpus=tables["gpu"], engines=tables["engine"],
-                           releases=tables["release"], maths=tables["math"], models=tables["model"],
-                           campaigns=tables["campaign"])
+@dataclass
+class _Fit:
+    """The state of one :func:`fit_calibration`: the rows, their arrays and level keys, and
+    the values fitted so far (``default``: the global fit, ``tables``: per level and key)."""
 
-    def current() -> dict:
-        cal = calibration()
-        values = cal.level_values("gpu", keys_of["gpu"])
-        values.update(cal.level_values("engine", engine_keys(rows)))
-        values.update(cal.level_values("math", keys_of["math"]))
-        values.update(cal.level_values("model", keys_of["model"]))
-        values.update(cal.level_values("campaign", keys_of["campaign"]))
+    catalog: object
+    base: ServingParams
+    options: FitOptions
+    rows: pd.DataFrame
+    arrays: object
+    value: np.ndarray
+    families: np.ndarray
+    keys_of: dict
+    release_of_campaign: dict
+    default: dict
+    tables: dict
+
+    @classmethod
+    def start(cls, catalog, rows: pd.DataFrame, base: ServingParams, options: FitOptions) -> "_Fit":
+        rows = add_families(rows.reset_index(drop=True))
+        arrays = row_arrays(catalog, rows)
+        start = {**base.as_dict(), **Harness().__dict__}
+        default = {n: float(np.asarray(start[n], float).reshape(-1)[0]) for n in DEFAULT_PARAMETERS}
+        for col in ("release", "campaign"):
+            if col not in rows:
+                rows[col] = np.nan
+        keys_of = {level: rows[level].to_numpy() for level in ("gpu", "engine", "release", "campaign", "math",
+                                                               "model")}
+        return cls(catalog=catalog, base=base, options=options, rows=rows, arrays=arrays,
+                   value=rows["value"].to_numpy(float), families=rows["family"].to_numpy(), keys_of=keys_of,
+                   release_of_campaign=dict(zip(keys_of["campaign"], engine_keys(rows))), default=default,
+                   tables={level: {} for level in LEVELS})
+
+    def calibration(self) -> Calibration:
+        """The values fitted so far, as a calibration."""
+        t = self.tables
+        return Calibration(default=dict(self.default), gpus=t["gpu"], engines=t["engine"], releases=t["release"],
+                           maths=t["math"], models=t["model"], campaigns=t["campaign"])
+
+    def current(self) -> dict:
+        """Per-row level values of the calibration so far (``{"<level>.<name>": array}``)."""
+        cal = self.calibration()
+        values = cal.level_values("gpu", self.keys_of["gpu"])
+        values.update(cal.level_values("engine", engine_keys(self.rows)))
+        for level in ("math", "model", "campaign"):
+            values.update(cal.level_values(level, self.keys_of[level]))
         return values
 
-    def subset(index):
+    def subset(self, index) -> tuple:
         """The rows ``index`` and their arrays (once per search, reused by every trial)."""
-        if len(index) == len(rows):
-            return rows, arrays
-        return rows.iloc[index].reset_index(drop=True), take_arrays(arrays, index, len(rows))
+        if len(index) == len(self.rows):
+            return self.rows, self.arrays
+        return self.rows.iloc[index].reset_index(drop=True), self.arrays.take(index)
 
-    def predict_with(values: dict, part):
+    def predict_with(self, values: dict, part: tuple) -> np.ndarray:
         """Predictions of the rows ``part`` = (rows, arrays) (``values`` restricted to them)."""
-        params, harness = compose(base, values)
-        return predict_rows(catalog, part[0], params, Harness(**harness), arrays=part[1])
+        params, harness = compose(self.base, values)
+        return predict_rows(self.catalog, part[0], params, Harness(**harness), arrays=part[1])
 
-    def search(level: str | None, keys: list, specs: dict):
-        names, plist = list(specs), list(specs.values())
-        if level is None:
-            codes, index = np.zeros(len(rows), dtype=int), np.arange(len(rows))
-            prior = np.array([[s.to_u(default[n]) for n, s in specs.items()]])
+
+def _group_priors(fit: _Fit, level: str, keys: list, specs: dict) -> np.ndarray:
+    """Prior search coordinates of each group of ``level`` (groups x parameters): releases
+    start from their engine, campaigns from their release, the rest from the global fit
+    (factors and deltas from neutral)."""
+    parent = fit.calibration()
+    prior = []
+    for k in keys:
+        if level == "release":
+            up = parent.level_values("engine", [k.split("@")[0]])
+        elif level == "campaign":
+            up = parent.level_values("engine", [fit.release_of_campaign[k]])
         else:
-            codes_all = pd.Series(keys_of[level], dtype=object).map({k: i for i, k in enumerate(keys)})
-            index = np.flatnonzero(codes_all.notna().to_numpy())
-            codes = codes_all.to_numpy()[index].astype(int)
-            parent = calibration()
-            prior = []
-            for k in keys:  # releases start from their engine, campaigns from their release, the rest
-                # from the global fit
-                if level == "release":
-                    up = parent.level_values("engine", [k.split("@")[0]])
-                elif level == "campaign":
-                    up = parent.level_values("engine", [release_of_campaign[k]])
-                else:
-                    up = {}
-                prior.append([s.to_u(up[f"engine.{n}"][0] if up else
-                                     (s.neutral if s.neutral is not None else default[n]))
-                              for n, s in specs.items()])
-            prior = np.array(prior)
-        if not index.size:
-            return
-        fixed_values = {k: v[index] for k, v in current().items()}
-        prefix = "engine" if level in ("engine", "release") else level
-        part = subset(index)
+            up = {}
+        prior.append([s.to_u(up[f"engine.{n}"][0] if up else
+                             (s.neutral if s.neutral is not None else fit.default[n]))
+                      for n, s in specs.items()])
+    return np.array(prior)
 
-        def predict(u_rows):
-            values = dict(fixed_values)
-            for i, (n, s) in enumerate(zip(names, plist)):
-                key = f"{prefix}.{n}" if level else (f"gpu.{n}" if n in GPU_PARAMETERS else f"engine.{n}")
-                values[key] = s.from_u(u_rows[:, i])
-            return predict_with(values, part)
 
-        u = pattern_search(predict, value[index], _family_weights(families[index], codes), codes, len(prior),
-                           prior, plist, options)
-        for g in range(len(prior)):
-            fitted = {n: float(s.from_u(u[g, i])) for i, (n, s) in enumerate(zip(names, plist))}
-            if level is None:
-                default.update(fitted)
-            else:
-                tables[level].setdefault(keys[g], {}).update(fitted)
+def _predict_coordinates(fit: _Fit, level: str | None, specs: dict, fixed_values: dict, part: tuple,
+                         u_rows: np.ndarray) -> np.ndarray:
+    """Predictions of the rows ``part`` with the parameters ``specs`` of ``level`` at the
+    per-row search coordinates ``u_rows`` (rows x parameters), the others at ``fixed_values``."""
+    prefix = "engine" if level in ("engine", "release") else level
+    values = dict(fixed_values)
+    for i, (n, s) in enumerate(specs.items()):
+        key = f"{prefix}.{n}" if level else (f"gpu.{n}" if n in GPU_PARAMETERS else f"engine.{n}")
+        values[key] = s.from_u(u_rows[:, i])
+    return fit.predict_with(values, part)
 
-    search(None, [], DEFAULT_PARAMETERS)
-    batches = {level: parameter_batches(level, rows, options) for level in options.levels}
-    for round_ in range(options.rounds):
-        for level in options.levels:
-            for keys, specs in batches[level]:
-                search(level, keys, specs)
-        log.info("calibration round %d/%d done", round_ + 1, options.rounds)
-    cal = calibration()
-    cal = replace(cal, provenance=dict(provenance or {}), gpu_priors=gpu_priors(catalog, cal.gpus))
-    return with_stats(cal, catalog, rows, base, arrays)
+
+def _search_level(fit: _Fit, level: str | None, keys: list, specs: dict) -> None:
+    """Fit the parameters ``specs`` of the groups ``keys`` of ``level`` (None: the global fit)
+    at once, the other values held; stores the result in ``fit``."""
+    if level is None:
+        codes, index = np.zeros(len(fit.rows), dtype=int), np.arange(len(fit.rows))
+        prior = np.array([[s.to_u(fit.default[n]) for n, s in specs.items()]])
+    else:
+        codes_all = pd.Series(fit.keys_of[level], dtype=object).map({k: i for i, k in enumerate(keys)})
+        index = np.flatnonzero(codes_all.notna().to_numpy())
+        codes = codes_all.to_numpy()[index].astype(int)
+        prior = _group_priors(fit, level, keys, specs)
+    if not index.size:
+        return
+    fixed_values = {k: v[index] for k, v in fit.current().items()}
+    predict = partial(_predict_coordinates, fit, level, specs, fixed_values, fit.subset(index))
+    plist = list(specs.values())
+    u = pattern_search(predict, fit.value[index], _family_weights(fit.families[index], codes), codes, len(prior),
+                       prior, plist, fit.options)
+    for g in range(len(prior)):
+        fitted = {n: float(s.from_u(u[g, i])) for i, (n, s) in enumerate(specs.items())}
+        if level is None:
+            fit.default.update(fitted)
+        else:
+            fit.tables[level].setdefault(keys[g], {}).update(fitted)
+
+
+def gpu_priors(catalog, measured) -> dict:
+    """Where each catalog GPU without values of its own borrows its hardware values.
+
+    The measured GPU (in ``measured``) of the same vendor and memory technology whose datasheet
+    bandwidth is nearest (|ln ratio|, then id); without one, the nearest measured GPU of the
+    same vendor; without any measured GPU of the vendor: None (the seed defaults). Never an
+    average over other vendors' GPUs.
+    """
+    measured = sorted(g for g in measured if g in catalog.gpus.entries)
+    out = {}
+    for gid in sorted(catalog.gpus.entries):
+        if gid in measured:
+            continue
+        g = catalog.gpu(gid)
+        same = [catalog.gpu(m) for m in measured if catalog.gpu(m).vendor == g.vendor]
+        tech = [m for m in same if g.memory_technology and m.memory_technology == g.memory_technology]
+        pool = tech or same
+        if not pool:
+            out[gid] = {"borrowed_from": None, "reason": f"no measured {g.vendor} GPU: seed defaults"}
+            continue
+        near = min(pool, key=lambda m: (abs(np.log(m.memory_bandwidth_tb_per_s / g.memory_bandwidth_tb_per_s)),
+                                        m.id))
+        why = (f"nearest measured {g.vendor} {g.memory_technology} GPU by memory bandwidth" if tech else
+               f"no measured {g.vendor} {g.memory_technology or ''} GPU: nearest measured {g.vendor} GPU "
+               "by memory bandwidth")
+        out[gid] = {"borrowed_from": near.id, "reason": " ".join(why.split())}
+    return out
 
 
 def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParams | None = None,

@@ -13,8 +13,9 @@ import pandas as pd
 from planner.format_rules import format_relaxation
 from planner.margins import Margins
 from planner.optimize import diagnose_infeasible
+from planner.parameters import ProblemParams
 from planner.problem import Problem
-from planner.search import serving_params, workload_arrays
+from planner.search import workload_arrays
 from planner.serving.queueing import TrafficArrays, state_at_occupancy
 
 #: Relaxed SLOs are proposed this much above the fastest p95 any candidate reaches.
@@ -30,7 +31,7 @@ def _served(candidates: pd.DataFrame, name: str) -> bool:
     return bool(col in candidates and (candidates.loc[candidates["feasible"], col] > 0).any())
 
 
-def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> dict | None:
+def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, params: ProblemParams, index: int) -> dict | None:
     """The SLOs at which some memory-feasible candidate serves workload ``index``."""
     w = problem.workloads[index]
     rows = candidates[(candidates["model"] == w.model) &
@@ -39,7 +40,7 @@ def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> d
         return None
     arrays = workload_arrays(problem, rows, w)
     traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-    state = state_at_occupancy(arrays, serving_params(problem, rows), traffic, 1e-6)
+    state = state_at_occupancy(arrays, params.of(rows), traffic, 1e-6)
     margins = Margins.of(problem)  # the SLOs must hold for the p95s at the confidence quantile
     ttft, tpot = state["ttft_p95_s"] * margins.factor("ttft"), state["tpot_p95_s"] * margins.factor("tpot")
     # The candidate that needs the least relaxation (relative to the SLOs).
@@ -53,9 +54,9 @@ def _slo_relaxation(problem: Problem, candidates: pd.DataFrame, index: int) -> d
 def _resolve_with(problem: Problem, changes: dict) -> bool:
     """Re-solve the problem with ``changes`` applied to its spec (dotted keys); feasible?
 
-    The re-solve finds one plan, no fronts and no diagnosis of its own (no recursion).
+    The re-solve finds one plan, no ranking, fronts or diagnosis of its own (no recursion).
     """
-    from planner.pipeline import plan
+    from planner.planning import has_plan
     from planner.problem import ProblemSpec, resolve_problem
     from planner.schema import PlanningInputError
 
@@ -70,7 +71,7 @@ def _resolve_with(problem: Problem, changes: dict) -> bool:
         relaxed = resolve_problem(ProblemSpec.model_validate(data), problem.path, problem.catalog)
     except (PlanningInputError, ValueError):
         return False
-    return bool(plan(relaxed, top_k=1, pareto=False, diagnose=False).plans)
+    return has_plan(relaxed)
 
 
 def undecided_finding(options) -> dict:
@@ -151,8 +152,10 @@ def _verified_first(problem: Problem, proposals: list[tuple[str, str, dict]]) ->
     return findings
 
 
-def diagnose(problem: Problem, candidates: pd.DataFrame, instance, options) -> list[dict]:
+def diagnose(problem: Problem, candidates: pd.DataFrame, params: ProblemParams, instance, options) -> list[dict]:
     """Findings for an infeasible problem, each with a relaxation checked by re-solving.
+
+    ``params``: the problem's serving parameters (:func:`planner.planning.search_candidates`).
 
     The last finding is a ``relaxation`` line saying why no relaxation was verified when
     none of the proposals restored feasibility (or none could be made).
@@ -169,7 +172,7 @@ def diagnose(problem: Problem, candidates: pd.DataFrame, instance, options) -> l
         if problem.measured:
             continue
         proposals = _structural_proposals(problem, reasons, w.model)
-        relax = _slo_relaxation(problem, candidates, i)
+        relax = _slo_relaxation(problem, candidates, params, i)
         if relax is not None:
             slo = relax["slo"]
             proposals.insert(0, ("slo", f"workloads[{i}].slo: tpot_p95_s >= {slo['tpot_p95_s']:.4g} and ttft_p95_s "

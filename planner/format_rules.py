@@ -11,7 +11,10 @@ import numpy as np
 import pandas as pd
 
 from planner import compat, quality
+from planner.dimensions import CandidateTable
 
+#: The dimensions engine support and published quality depend on.
+FORMAT_KEY = ("model", "gpu", "quantization", "kv_cache_dtype")
 #: The reasons this module adds to planner/search.py REASONS, in check order.
 REASONS = (compat.NO_ARCHITECTURE, compat.NO_FORMAT, quality.UNVERIFIED, quality.BELOW_MINIMUM)
 
@@ -21,15 +24,13 @@ def format_rejections(problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
 
     ``frame`` has the columns model, gpu, quantization, kv_cache_dtype (the search grid).
     """
-    keys = frame["model"] + "|" + frame["gpu"] + "|" + frame["quantization"] + "|" + frame["kv_cache_dtype"]
-    codes, uniques = pd.factorize(keys)
+    codes, uniques = CandidateTable(frame).factorize(FORMAT_KEY)
     engine = problem.spec.serving.engine
     engines = compat.engine_table(problem.catalog) if engine else None
     table = quality.quality_table(problem.catalog)
     opts = problem.spec.quality
     per_key = []
-    for key in uniques:
-        model, gpu, fmt, kv = key.split("|")
+    for model, gpu, fmt, kv in uniques.itertuples(index=False):
         why = engines.reason(engine, gpu, fmt, kv) if engines is not None else None
         per_key.append(why or table.reason(model, fmt, kv, opts.min_recovery, opts.allow_unverified_formats))
     per_key = np.array(per_key + [None], dtype=object)[codes]

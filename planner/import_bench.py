@@ -29,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from planner.accuracy import MEASUREMENT_COLUMNS
+from planner.dimensions import gpus_per_replica
 from planner.schema import PlanningInputError
 
 ENGINES = ("vllm", "sglang")
@@ -190,7 +191,7 @@ def import_results(path: str | Path, ctx: BenchContext) -> pd.DataFrame:
         kind, load, load_note = _load(record)
         isl, osl, len_note = _lengths(record, ctx)
         prompts = _number(record.get("num_prompts")) or _number(record.get("completed"))
-        num_gpus = ctx.num_gpus or ctx.tp * ctx.pp
+        num_gpus = ctx.num_gpus or gpus_per_replica(ctx)
         base_note = "; ".join(n for n in (load_note, len_note,
                                           f"{int(prompts)} requests" if prompts else "") if n)
         for metric, value, unit, key in _metrics(record, ctx.engine):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from planner.dimensions import grid_description
 from planner.units import SECONDS_PER_DAY
 
 # ------------------------------------------------------------------ files
@@ -199,14 +200,9 @@ def check_problem(problem) -> list[str]:
     """Limit violations that need the catalog: the size of the search grid, converted rates."""
     out = []
     if not problem.measured:
-        s = problem.spec.search
-        models = len({w.model for w in problem.workloads})
-        grid = models * len(problem.gpus) * len(s.tp) * len(s.pp) * len(problem.quantization) \
-            * len(problem.kv_cache_dtypes) * len(s.max_batch)
+        grid, what = grid_description(problem, len({w.model for w in problem.workloads}))
         if grid > MAX_CANDIDATES:
-            out.append(f"search: the grid holds {grid:,} configurations ({models} model(s) x {len(problem.gpus)} "
-                       f"GPUs x {len(s.tp)} tp x {len(s.pp)} pp x {len(problem.quantization)} formats x "
-                       f"{len(problem.kv_cache_dtypes)} KV dtypes x {len(s.max_batch)} batch sizes), at most "
+            out.append(f"search: the grid holds {grid:,} configurations ({what}), at most "
                        f"{MAX_CANDIDATES:,}: narrow search.gpus, search.quantization or search.max_batch")
     for i, w in enumerate(problem.workloads):
         line = bound(f"workloads[{i}] (rate from tokens_per_day, requests/s)", w.rate_per_s, MIN_RATE_PER_S,

@@ -1,11 +1,18 @@
 """Which serving-model parameters apply: the seed defaults, then a calibration, then the
-user's explicit overrides (problem YAML ``serving:`` or CLI flags), in that order."""
+user's explicit overrides (problem YAML ``serving:`` or CLI flags), in that order.
+
+A solve resolves them once per problem (:class:`ProblemParams`, built by the search) and
+carries them to every stage; the calculators resolve one configuration with
+:func:`for_configs` the same way.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 
 import numpy as np
+import pandas as pd
 
 from planner.catalog import DEFAULT_CATALOG_DIR
 from planner.schema import PlanningInputError
@@ -48,10 +55,68 @@ def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: st
     return params.with_overrides(**(overrides or {}))
 
 
+def for_configs(catalog, calibration, overrides: dict | None, engine: str | None, gpu_ids, formats,
+                model_ids) -> ServingParams:
+    """Parameters per configuration row (GPU, weight format, model), as every command resolves
+    them: the calibration's GPU, engine, model and math levels (math modes from the catalog),
+    then ``overrides``."""
+    maths = catalog.math_modes(gpu_ids, formats) if calibration is not None else None
+    return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths)
+
+
 def take(params: ServingParams, rows) -> ServingParams:
-    """The parameters of configuration rows ``rows`` (array fields indexed, scalars kept)."""
-    values = params.as_dict()
-    return params.with_overrides(**{k: np.asarray(v)[rows] for k, v in values.items() if np.ndim(v)})
+    """The parameters of configuration rows ``rows`` (:meth:`ServingParams.take`)."""
+    return params.take(rows)
+
+
+def concat(parts: list[ServingParams], sizes: list[int]) -> ServingParams:
+    """The parameters of consecutive blocks of rows (``sizes[i]`` rows have ``parts[i]``), as one;
+    a field that is the same scalar in every part stays that scalar."""
+    values = {}
+    for f in fields(ServingParams):
+        each = [getattr(p, f.name) for p in parts]
+        if all(np.ndim(v) == 0 for v in each) and all(v == each[0] for v in each):
+            values[f.name] = each[0]
+        else:
+            values[f.name] = np.concatenate([np.broadcast_to(np.asarray(v, dtype=float), (n,))
+                                             for v, n in zip(each, sizes)])
+    return ServingParams(**values)
+
+
+@dataclass(frozen=True, eq=False)
+class ProblemParams:
+    """A problem's serving-model parameters, resolved once and carried to every stage.
+
+    Attributes
+    ----------
+    overrides : dict
+        The problem's explicit ``serving:`` values.
+    base : ServingParams
+        The seed defaults with the overrides, before any calibration (what the report lists
+        and the launch settings use).
+    used : dict
+        :func:`describe`: calibration, engine and overrides, for the outputs.
+    ids : pandas.Index
+        The candidates with parameters of their own (the evaluated configurations).
+    per_candidate : ServingParams or None
+        Their parameters (calibrated per GPU, model and math mode, then the overrides): array
+        fields aligned with ``ids``, scalar fields shared.
+    """
+
+    overrides: dict
+    base: ServingParams
+    used: dict
+    ids: pd.Index = field(default_factory=lambda: pd.Index([], dtype=object, name="candidate_id"))
+    per_candidate: ServingParams | None = None
+
+    def of(self, rows: pd.DataFrame) -> ServingParams:
+        """The parameters of the candidate rows ``rows`` (indexed by ``candidate_id``; repeats
+        allowed). KeyError for a candidate that was not evaluated."""
+        pos = self.ids.get_indexer(rows.index)
+        if self.per_candidate is None or (pos < 0).any():
+            missing = rows.index[pos < 0]
+            raise KeyError(f"no serving parameters for candidate {missing[0] if len(missing) else '?'}")
+        return take(self.per_candidate, pos)
 
 
 def describe(calibration, overrides: dict | None = None, engine: str | None = None) -> dict:

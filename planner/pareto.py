@@ -26,11 +26,14 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from planner import dimensions
 from planner.margins import Margins
 from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
+from planner.parameters import ProblemParams
+from planner.planning import planning_instance, usd_per_million_tokens
 from planner.problem import Problem
-from planner.search import serving_params, workload_arrays, workload_capacity
+from planner.search import workload_arrays, workload_capacity
 from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve
 
 METRICS = ("tpot_p95_s", "ttft_p95_s")
@@ -69,8 +72,8 @@ def front_pool(feasible: pd.DataFrame) -> np.ndarray:
     """
     caps = feasible[[c for c in feasible.columns if c.startswith("capacity_per_s[")]].to_numpy(float)
     serving = np.flatnonzero((caps > 0).any(axis=1))
-    keys = feasible.iloc[serving][["model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype"]]
-    codes = keys.groupby(list(keys.columns), sort=False).ngroup().to_numpy()
+    keys = [n for n in dimensions.NAMES if n != "max_batch"]
+    codes = dimensions.CandidateTable(feasible).take(serving).factorize(keys)[0]
     batch = feasible["max_batch"].to_numpy()[serving]
     order = np.lexsort((serving, -batch, codes))
     first = np.ones(len(order), dtype=bool)
@@ -86,8 +89,8 @@ class _Curves:
     problem's SLO (a tighter target can only lower a capacity).
     """
 
-    def __init__(self, problem: Problem, feasible: pd.DataFrame):
-        self.problem, self.feasible = problem, feasible
+    def __init__(self, problem: Problem, feasible: pd.DataFrame, params: ProblemParams):
+        self.problem, self.feasible, self.params = problem, feasible, params
         self.pool = front_pool(feasible)
         self.frame = feasible.iloc[self.pool]
         self.names = [w.name for w in problem.workloads]
@@ -102,7 +105,7 @@ class _Curves:
             rows = self.frame.iloc[pos]
             traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
             self.rows[w.name] = pos
-            self.curves[w.name] = occupancy_curve(workload_arrays(problem, rows, w), serving_params(problem, rows),
+            self.curves[w.name] = occupancy_curve(workload_arrays(problem, rows, w), params.of(rows),
                                                   traffic, FRONT_CURVE_POINTS)
 
     def fastest(self, metric: str) -> float:
@@ -123,7 +126,7 @@ def _slos(workload, metric: str, target_s: float) -> tuple[float, float]:
 def _capacity_bounds(curves: _Curves, metric: str, target_s: float) -> tuple[np.ndarray, np.ndarray]:
     """Lower and upper bounds (pool rows x workloads) of the pool's exact capacities.
 
-    Where a curve's p95s increase with the occupancy n (DESIGN 5) its feasible grid
+    Where a curve's p95s increase with the occupancy n (docs/serving-model.md 9.2) its feasible grid
     points are a prefix; the bisection's n* lies within one bisection step below the
     first crossing, so above the grid point before the last feasible one and below the
     first infeasible one, and rates increase with n. Elsewhere the bounds are 0 and the
@@ -231,7 +234,7 @@ class _Exact:
             out[:, k] = exact
             if len(bind):
                 sub = rows.iloc[bind]
-                got = workload_capacity(problem, sub, w, serving_params(problem, sub),
+                got = workload_capacity(problem, sub, w, self.curves.params.of(sub),
                                         tpot_cap_s=tpot, ttft_cap_s=ttft, margins=margins)
                 out[bind, k] = got["max_rate_per_s"]
         return out
@@ -277,9 +280,8 @@ def knee_target(problem: Problem, curves: _Curves, metric: str, elasticity: floa
     return knee
 
 
-def targets(problem: Problem, feasible: pd.DataFrame, metric: str, points: int, curves: _Curves | None = None) -> np.ndarray:
+def targets(problem: Problem, curves: _Curves, metric: str, points: int) -> np.ndarray:
     """Geometric grid of ``points`` targets from the knee to the loosest SLO."""
-    curves = curves or _Curves(problem, feasible)
     loosest = max(getattr(w.slo, metric) for w in problem.workloads)
     knee = knee_target(problem, curves, metric, problem.spec.optimize.front_knee_elasticity)
     return np.unique(np.geomspace(min(knee, loosest), loosest, points))
@@ -326,8 +328,6 @@ def _what_binds(problem: Problem, instance, cap: pd.DataFrame, options, metric: 
 
 
 def _row(problem, front, metric, target, status, plan, binds=""):
-    from planner.pipeline import usd_per_million_tokens
-
     ok = plan is not None
     return {
         "front": front, "metric": metric, "target_s": float(target), "status": status,
@@ -335,7 +335,7 @@ def _row(problem, front, metric, target, status, plan, binds=""):
         "usd_per_million_tokens": usd_per_million_tokens(problem, plan.usd_per_hour) if ok else np.nan,
         "gpus": int(plan.deployments["gpus"].sum()) if ok else 0,
         "deployments": "; ".join(
-            f"{r.replicas}x {r.gpu} tp{r.tp} pp{r.pp} {r.quantization}/{r.kv_cache_dtype} b{r.max_batch}"
+            f"{r.replicas}x {dimensions.label(r, 'pareto')}"
             for r in plan.deployments.itertuples()) if ok else "",
         "binding": binds,
     }
@@ -354,12 +354,10 @@ def _sweep(problem: Problem, curves: _Curves, options, metric: str, points: int,
     SLO the mixed point is the plan's own optimum (``curves.optimum``) or solved over every
     feasible candidate, as the plan is.
     """
-    from planner.pipeline import planning_instance
-
     frame = curves.frame
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
     rows, previous, points_at = [], None, []
-    for target in targets(problem, curves.feasible, metric, points, curves)[::-1]:
+    for target in targets(problem, curves, metric, points)[::-1]:
         target = float(target)
         lo, hi = _capacity_bounds(curves, metric, target)
         exact = _Exact(curves, metric, target)
@@ -403,12 +401,14 @@ def _sweep_in_child(index: int) -> list[dict]:
     return _sweep(*_JOBS[index])
 
 
-def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: int | None = None,
+def pareto_fronts(problem: Problem, candidates: pd.DataFrame, params: ProblemParams, options,
+                  points: int | None = None,
                   metrics=METRICS, per_gpu: bool | str = True, prove_unique_plan: bool = False,
                   fronts: str | None = None, used_gpus=(), optimum=None, processes: int | None = None
                   ) -> pd.DataFrame:
     """Points (front, metric, target_s, status, cost, ..., binding) of the fronts.
 
+    ``params``: the problem's serving parameters (:func:`planner.planning.search_candidates`).
     ``front`` is ``"mixed"`` or a GPU id; a point whose solve is infeasible has NaN cost and
     says in ``binding`` what makes it infeasible (the target, the budget, inventory).
 
@@ -434,7 +434,7 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, options, points: i
     options = replace(options, prove_unique_plan=prove_unique_plan, canonical_routing=False,
                       num_workers=options.num_workers if prove_unique_plan else 1)
     feasible = candidates[candidates["feasible"]]
-    curves = _Curves(problem, feasible)
+    curves = _Curves(problem, feasible, params)
     curves.used, curves.optimum = tuple(used_gpus), optimum
     gpu_fronts = {"mixed": [], "used": "used", "all": sorted(curves.frame["gpu"].unique())}[mode]
     jobs = [(problem, curves, options, m, points, gpu_fronts) for m in metrics]

@@ -2,283 +2,22 @@
 
 load -> enumerate and evaluate candidates -> capacities at SLO -> CP-SAT (k-best plans)
 -> predicted p95s of each deployment at its routed load -> Pareto fronts -> diagnosis.
+The stages' logic lives in :mod:`planner.planning` and the stage modules; this module only
+calls them and assembles the :class:`~planner.planning.PlanResult`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
 
-import numpy as np
 import pandas as pd
 
-from planner.format_rules import with_quality
-from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
-from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
-                                           plan_alternatives)
-from planner.optimize.prune import prefilter_dominated
-from planner.margins import Margins
+from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
+from planner.optimize import SolveStatus
+from planner.pareto import pareto_fronts
+from planner.planning import (PlanResult, candidate_counts, find_plans, planning_instance, rank_plans,
+                              search_candidates, solver_options)
 from planner.problem import Problem
-from planner.search import enumerate_candidates, rejection_counts, serving_params, workload_arrays
-from planner.serving.queueing import TrafficArrays, state_at_rate
-from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
-
-CONFIG_COLUMNS = ("model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
-#: Per-workload columns of a plan's routing, widened to ``column[workload]`` in plans_table().
-ROUTED_COLUMNS = ("rate_per_s", "ttft_p95_s", "tpot_p95_s")
-
-
-@dataclass(frozen=True, eq=False)
-class RankedPlan:
-    """One plan: its deployments (with predicted latencies), routing and cost."""
-
-    rank: int
-    usd_per_hour: float
-    usd_per_million_tokens: float | None
-    deployments: pd.DataFrame
-    routing: pd.DataFrame
-    gpus_by_type: dict
-    usd_per_million_input_tokens: float | None = None
-    usd_per_million_total_tokens: float | None = None
-
-
-@dataclass(frozen=True, eq=False)
-class PlanResult:
-    """Everything ``planner solve`` reports; pandas tables for notebooks."""
-
-    problem: Problem
-    status: str
-    candidates: pd.DataFrame
-    plans: list[RankedPlan]
-    pareto: pd.DataFrame
-    solver: dict
-    counts: dict
-    diagnosis: list[dict] = field(default_factory=list)
-    timings_s: dict = field(default_factory=dict)
-    #: The plans' routing carries simulated p95s (``solve --verify``).
-    verified: bool = False
-    daily: dict | None = None  # per-hour plan of a load profile (planner.procurement.profile)
-
-    @property
-    def best(self) -> RankedPlan | None:
-        return self.plans[0] if self.plans else None
-
-    def plans_table(self) -> pd.DataFrame:
-        """One row per (plan, deployment), with the columns of ``plans.csv``.
-
-        The deployment's columns, then ``rank``, the plan's ``plan_usd_per_hour`` and
-        ``plan_usd_per_million_{,input_,total_}tokens``, then per workload w
-        ``rate_per_s[w]`` (0 when the deployment does not serve w), ``ttft_p95_s[w]`` and
-        ``tpot_p95_s[w]`` (NaN when it does not, or without a serving model).
-        """
-        names = [w.name for w in self.problem.workloads]
-        rows = []
-        for p in self.plans:
-            d = p.deployments.assign(rank=p.rank, plan_usd_per_hour=p.usd_per_hour,
-                                     plan_usd_per_million_tokens=p.usd_per_million_tokens,
-                                     plan_usd_per_million_input_tokens=p.usd_per_million_input_tokens,
-                                     plan_usd_per_million_total_tokens=p.usd_per_million_total_tokens)
-            wide = p.routing.pivot(index="candidate_id", columns="workload", values=list(ROUTED_COLUMNS))
-            wide = wide.reindex(index=d["candidate_id"], columns=pd.MultiIndex.from_product([ROUTED_COLUMNS, names]))
-            for n in names:
-                for col in ROUTED_COLUMNS:
-                    values = wide[(col, n)].to_numpy(float)
-                    d[f"{col}[{n}]"] = np.nan_to_num(values, nan=0.0) if col == "rate_per_s" else values
-            rows.append(d)
-        return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame()
-
-
-def output_tokens_per_s(problem: Problem) -> float:
-    """Output tokens per second of the whole traffic mix (the seeds' $/1M-token basis)."""
-    return sum(w.rate_per_s * w.output.mean for w in problem.workloads if w.output is not None)
-
-
-def input_tokens_per_s(problem: Problem) -> float:
-    """Prompt (input) tokens per second of the whole mix, prefix-cache hits included (they are billed)."""
-    return sum(w.rate_per_s * w.prompt.mean for w in problem.workloads if w.prompt is not None)
-
-
-def _usd_per_million(usd_per_hour: float, tokens_per_s: float) -> float | None:
-    return usd_per_hour / (tokens_per_s * SECONDS_PER_HOUR) * TOKENS_PER_MILLION if tokens_per_s > 0 else None
-
-
-def usd_per_million_tokens(problem: Problem, usd_per_hour: float) -> float | None:
-    """USD per 1M output tokens (the seeds' basis); None without output lengths."""
-    return _usd_per_million(usd_per_hour, output_tokens_per_s(problem))
-
-
-def usd_per_million_by_basis(problem: Problem, usd_per_hour: float) -> dict[str, float | None]:
-    """USD per 1M output, input (prompt) and total (input + output) tokens of the offered mix."""
-    out, inp = output_tokens_per_s(problem), input_tokens_per_s(problem)
-    return {"usd_per_million_tokens": _usd_per_million(usd_per_hour, out),
-            "usd_per_million_input_tokens": _usd_per_million(usd_per_hour, inp),
-            "usd_per_million_total_tokens": _usd_per_million(usd_per_hour, inp + out)}
-
-
-def measured_candidates(problem: Problem) -> pd.DataFrame:
-    """Candidates from the problem's measured capacity table (Mélange-style)."""
-    rows = []
-    margins = Margins.of(problem)
-    for row in problem.spec.capacity_table:
-        gpu = problem.catalog.gpu(row.gpu).id
-        price = row.usd_per_hour if row.usd_per_hour is not None else problem.prices_usd_per_gpu_hour.get(gpu, np.nan) * row.gpus
-        rec = {"candidate_id": row.name, "name": row.name, "gpu": gpu, "gpus": row.gpus,
-               "usd_per_replica_hour": price}
-        for w in problem.workloads:
-            measured = float(row.capacity_per_s.get(w.name, 0.0))
-            rec[f"central_capacity_per_s[{w.name}]"] = measured
-            rec[f"capacity_per_s[{w.name}]"] = float(margins.load_cap(measured))
-        rows.append(rec)
-    frame = pd.DataFrame(rows).set_index("candidate_id").sort_index()
-    frame["infeasible_reason"] = np.where(frame["usd_per_replica_hour"].isna(), "no_price_for_gpu", "")
-    frame["feasible"] = frame["infeasible_reason"] == ""
-    return frame
-
-
-def planning_instance(problem: Problem, candidates: pd.DataFrame,
-                      capacity: pd.DataFrame | None = None) -> PlanningInstance | None:
-    """The optimizer's instance over the feasible candidates (None if there are none)."""
-    feasible = candidates[candidates["feasible"]]
-    if feasible.empty:
-        return None
-    names = [w.name for w in problem.workloads]
-    if capacity is None:
-        capacity = feasible[[f"capacity_per_s[{n}]" for n in names]].set_axis(names, axis=1)
-    capacity = capacity[(capacity > 0).any(axis=1)]
-    if capacity.empty:
-        return None
-    rows = feasible.loc[capacity.index]
-    limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    keep = capacity.index[prefilter_dominated(rows, capacity, limited)].sort_values()
-    cands = feasible.loc[keep].rename(columns={"gpus": "gpus_per_replica"})
-    cands = cands[["gpu", "gpus_per_replica", "usd_per_replica_hour",
-                   *[c for c in CONFIG_COLUMNS + ("name",) if c in cands.columns]]]
-    cands = cands.assign(gpus_per_replica=cands["gpus_per_replica"].astype(int))
-    spec = problem.spec
-    return PlanningInstance(
-        candidates=cands, capacity_per_s=capacity.loc[keep],
-        rate_per_s=pd.Series({w.name: w.rate_per_s for w in problem.workloads}),
-        inventory_gpus={problem.catalog.gpu(g).id: n for g, n in spec.inventory.items()},
-        budget_usd_per_hour=spec.budget_usd_per_hour,
-        max_distinct_configs=spec.constraints.max_distinct_configs,
-        redundancy_workloads=tuple(spec.constraints.redundancy),
-        slices_per_workload=spec.optimize.slices_per_workload,
-    )
-
-
-def solver_options(problem: Problem, time_limit_s: float | None = None) -> SolverOptions:
-    opt = problem.spec.optimize
-    return SolverOptions(time_limit_s=time_limit_s or opt.time_limit_s, num_workers=opt.num_workers)
-
-
-def _predicted_latency(problem: Problem, candidates: pd.DataFrame,
-                       plans: list[tuple[pd.DataFrame, pd.DataFrame]]) -> list[pd.DataFrame]:
-    """p95 TTFT/TPOT of each deployment at the rate routed to each of its replicas.
-
-    ``plans`` holds ``(deployments, routing)`` pairs; the routing of every plan comes back with
-    ``rate_per_replica_per_s``, ``ttft_p95_s`` and ``tpot_p95_s``. All plans are evaluated in one
-    vectorized call per workload.
-    """
-    if problem.measured or all(routing.empty for _, routing in plans):
-        return [routing.assign(ttft_p95_s=np.nan, tpot_p95_s=np.nan) for _, routing in plans]
-    # One row per (plan, routed workload, deployment); the load seen is the replica's total load.
-    parts = []
-    for i, (deployments, routing) in enumerate(plans):
-        per_candidate = deployments.set_index("candidate_id")
-        ids = routing["candidate_id"]
-        parts.append(routing.assign(
-            _plan=i,
-            rate_per_replica_per_s=routing["rate_per_s"].to_numpy()
-            / per_candidate.loc[ids, "replicas"].to_numpy(),
-            _load=per_candidate.loc[ids, "load_fraction"].to_numpy()))
-    rows_all = pd.concat(parts, ignore_index=True)
-    latency = pd.DataFrame(index=rows_all.index, columns=["ttft_p95_s", "tpot_p95_s"], dtype=float)
-    for w in problem.workloads:
-        part = rows_all[rows_all["workload"] == w.name]
-        if part.empty:
-            continue
-        rows = candidates.loc[part["candidate_id"]]
-        traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-        cap = rows[f"central_capacity_per_s[{w.name}]"].to_numpy()
-        equivalent_rate = np.maximum(part["_load"].to_numpy() * cap, part["rate_per_replica_per_s"].to_numpy())
-        state = state_at_rate(workload_arrays(problem, rows, w), serving_params(problem, rows), traffic,
-                              equivalent_rate)
-        latency.loc[part.index, "ttft_p95_s"] = state["ttft_p95_s"]
-        latency.loc[part.index, "tpot_p95_s"] = state["tpot_p95_s"]
-    out = []
-    for i in range(len(plans)):
-        mine = rows_all["_plan"] == i
-        done = pd.concat([rows_all.loc[mine], latency.loc[mine]], axis=1).drop(columns=["_plan", "_load"])
-        out.append(done.sort_values(["candidate_id", "workload"], ignore_index=True))
-    return out
-
-
-def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: pd.DataFrame) -> pd.DataFrame:
-    """``deployments`` with ``load_fraction`` relative to the central capacities at SLO.
-
-    The optimizer loads replicas against the capacities it buys (with the margins of
-    :mod:`planner.margins`; kept as ``planned_load_fraction``); the outputs report the load
-    against the central prediction: sum over routed workloads of rate per replica / central
-    capacity at SLO.
-    """
-    if routing.empty:
-        return deployments
-    cols = [f"central_capacity_per_s[{w}]" for w in routing["workload"]]
-    rows = candidates.loc[routing["candidate_id"]]
-    cap = rows.to_numpy()[np.arange(len(rows)), rows.columns.get_indexer(cols)].astype(float)
-    share = pd.Series(routing["rate_per_s"].to_numpy(float) / cap)
-    share = share.groupby(routing["candidate_id"].to_numpy()).sum()
-    per = deployments.set_index("candidate_id")
-    load = share.reindex(per.index, fill_value=0.0).to_numpy() / per["replicas"].to_numpy(float)
-    return deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load)
-
-
-def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:
-    """The rate-weighted mean of a latency column over a plan's routed traffic (0 if unknown)."""
-    values = routing[column].to_numpy(float)
-    weights = routing["rate_per_s"].to_numpy(float)
-    ok = np.isfinite(values) & (weights > 0)
-    return float(np.average(values[ok], weights=weights[ok])) if ok.any() else 0.0
-
-
-def _rank_plans(problem, candidates, found: list[FoundPlan], k: int) -> list[RankedPlan]:
-    """Rank 1: the fastest optimum; then admissible alternatives by cost, latency, ids.
-
-    The key is cost, then traffic-weighted p95 TPOT, then TTFT, then the sorted ids
-    (DESIGN 6). Rank 1 is the least key among the optimum's equal-cost face, which
-    :func:`plan_alternatives` enumerates whatever k is, so plan #1 does not depend on
-    ``--top``. Ranks 2..k are drawn from the other admissible plans (minimum load rule).
-    """
-    found = [replace(f, plan=replace(f.plan, deployments=central_load(candidates, f.plan.deployments,
-                                                                      f.plan.routing)))
-             for f in found]
-    latencies = _predicted_latency(problem, candidates, [(f.plan.deployments, f.plan.routing) for f in found])
-
-    def key(item):
-        f, routing = item
-        return (round(f.plan.usd_per_hour, 9), round(_traffic_weighted(routing, "tpot_p95_s"), 9),
-                round(_traffic_weighted(routing, "ttft_p95_s"), 9),
-                tuple(sorted(f.plan.deployments["candidate_id"])))
-
-    items = list(zip(found, latencies))
-    if not items:
-        return []
-    best = min((it for it in items if it[0].optimal_cost), key=key)
-    others = sorted((it for it in items if it is not best and it[0].admissible), key=key)
-    ordered = [best, *others][:k]
-    return [RankedPlan(rank=i, usd_per_hour=f.plan.usd_per_hour,
-                       deployments=with_quality(problem, f.plan.deployments), routing=routing,
-                       gpus_by_type=f.plan.gpus_by_type, **usd_per_million_by_basis(problem, f.plan.usd_per_hour))
-            for i, (f, routing) in enumerate(ordered, start=1)]
-
-
-def solver_summary(result) -> dict:
-    if result is None:
-        return {"status": "infeasible", "objective_usd_per_hour": None, "best_bound_usd_per_hour": None,
-                "gap": None, "wall_time_s": 0.0, "params": {}, "scales": {}}
-    return {"status": str(result.status), "objective_usd_per_hour": result.objective_usd_per_hour,
-            "best_bound_usd_per_hour": result.best_bound_usd_per_hour, "gap": result.gap,
-            "wall_time_s": result.wall_time_s, "params": result.solver_params, "scales": result.scales}
 
 
 def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | None = None,
@@ -291,64 +30,44 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     every deployment of the plans (:mod:`planner.verify`). ``diagnose=False``: no
     diagnosis (the diagnosis's own re-solves).
     """
-    from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
-    from planner.pareto import pareto_fronts
-
     t0 = time.perf_counter()
-    candidates = measured_candidates(problem) if problem.measured else enumerate_candidates(problem)
+    candidates, params = search_candidates(problem)
     t_search = time.perf_counter() - t0
     options = solver_options(problem, time_limit_s)
     instance = planning_instance(problem, candidates)
     k = top_k or problem.spec.optimize.top_k
-    opt = problem.spec.optimize
-    solves: list = []
-    found = plan_alternatives(
-        instance, k, options,
-        min_load_fraction=(MIN_ALTERNATIVE_LOAD_FRACTION if opt.min_alternative_load_fraction is None
-                           else opt.min_alternative_load_fraction),
-        face_limit=EQUAL_COST_PLANS_LIMIT if opt.equal_cost_plans is None else opt.equal_cost_plans,
-        statuses=solves,
-    ) if instance is not None else []
-    first = found[0].result if found else None
+    solutions = find_plans(problem, instance, k, options)
     t_solve = time.perf_counter() - t0 - t_search
-    plans = _rank_plans(problem, candidates, found, k)
-    undecided = not plans and bool(solves) and solves[0].status == SolveStatus.UNKNOWN
-    status = str(first.status) if first is not None and plans else "unknown" if undecided else "infeasible"
-    counts = {"enumerated": int(len(candidates)), "feasible": int(candidates["feasible"].sum()),
-              "rejected": rejection_counts(candidates) if "infeasible_reason" in candidates else {}}
-    if instance is not None:
-        from planner.optimize.prune import prune_dominated
-
-        pruned = prune_dominated(instance.candidates, instance.capacity_per_s)
-        counts["in_model"] = int(len(instance.candidates) - len(pruned))
-        counts["pruned_dominated"] = counts["feasible"] - counts["in_model"]
+    plans = rank_plans(problem, candidates, params, solutions.found, k)
+    status = solutions.status
     front_mode, fronts = fronts, pd.DataFrame()
     t_pareto = 0.0          # only the fronts' own time (0 with --no-pareto)
     if plans and pareto and not problem.measured:
         t_fronts = time.perf_counter()
         used = sorted({g for p in plans for g in p.gpus_by_type})
-        fronts = pareto_fronts(problem, candidates, options, fronts=front_mode or problem.spec.optimize.fronts,
-                               used_gpus=used, optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
+        fronts = pareto_fronts(problem, candidates, params, options,
+                               fronts=front_mode or problem.spec.optimize.fronts, used_gpus=used,
+                               optimum=plans[0] if status == str(SolveStatus.OPTIMAL) else None)
         t_pareto = time.perf_counter() - t_fronts
     timings = {"search": t_search, "solve": t_solve, "pareto": t_pareto}
     if verify:
         from planner.verify import verify_plans
 
         t_verify = time.perf_counter()
-        plans = verify_plans(problem, candidates, plans)
+        plans = verify_plans(problem, candidates, params, plans)
         timings["verify"] = time.perf_counter() - t_verify
     if plans or not diagnose:
         diagnosis = []
-    elif undecided:
+    elif solutions.undecided:
         diagnosis = [undecided_finding(options)]
     else:
-        diagnosis = diagnose_problem(problem, candidates, instance, options)
+        diagnosis = diagnose_problem(problem, candidates, params, instance, options)
     daily = None
     if plans and (problem.spec.load_profile or any(w.load_profile for w in problem.spec.workloads)):
         from planner.procurement.profile import daily_plan
 
-        daily = daily_plan(problem, plans[0], time_limit_s=time_limit_s)
+        daily = daily_plan(problem, plans[0], instance, time_limit_s=time_limit_s)
     return PlanResult(problem=problem, status=status, candidates=candidates, plans=plans, pareto=fronts,
-                      solver=solver_summary(first if first is not None or not undecided else solves[0]),
-                      counts=counts, diagnosis=diagnosis, daily=daily,
+                      solver=solutions.summary(), counts=candidate_counts(candidates, solutions), params=params,
+                      diagnosis=diagnosis, daily=daily,
                       timings_s={**timings, "total": time.perf_counter() - t0}, verified=verify)

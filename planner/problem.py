@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-import csv
-import itertools
 from pathlib import Path
 from typing import Literal
 
@@ -17,9 +15,10 @@ from planner.catalog import Catalog, load_catalog, suggest
 from planner.problem_checks import check_context, check_engine, default_gpus
 from planner.margins import DEFAULT_CONFIDENCE, DEFAULT_MAX_LOAD_FRACTION
 from planner.schema import PlanningInputError, Strict
-from planner.traffic import Empirical, Fixed, LengthDistribution, LogNormal
+from planner.problem_lengths import LengthSpec, length_distribution, parse_length_spec, read_trace
+from planner.traffic import LengthDistribution
 from planner.units import SECONDS_PER_DAY
-from planner.yamlio import allowed_keys, parse_model, read_yaml, unknown_key_message
+from planner.yamlio import parse_model, read_yaml
 
 #: Default max-batch grid of the search (engines' typical max_num_seqs values).
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
@@ -27,65 +26,6 @@ DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (1, 2, 4)
 #: Default minimum published accuracy recovery of a weight format (``quality.min_recovery``).
 DEFAULT_MIN_RECOVERY = 0.99
-
-
-class MeanP95(Strict):
-    mean: float = Field(gt=0)
-    p95: float = Field(gt=0)
-
-    @model_validator(mode="after")
-    def _fits_lognormal(self):
-        why = LogNormal.check(self.mean, self.p95)
-        if why:
-            raise ValueError(why)
-        return self
-
-
-class Histogram(Strict):
-    tokens: tuple[int, ...] = Field(min_length=1)
-    weights: tuple[float, ...] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _same_length(self):
-        if len(self.tokens) != len(self.weights):
-            raise ValueError("tokens and weights must have the same length")
-        if min(self.tokens) < 1:
-            raise ValueError("tokens must be >= 1")
-        if min(self.weights) < 0 or sum(self.weights) <= 0:
-            raise ValueError("weights must be >= 0 with a positive sum")
-        return self
-
-
-class HistogramSpec(Strict):
-    histogram: Histogram
-
-
-LengthSpec = int | MeanP95 | HistogramSpec
-
-
-def _parse_length_spec(value):
-    """Pick the length form by shape, so errors speak of that form only."""
-    from pydantic import ValidationError
-
-    if isinstance(value, bool) or value is None:
-        raise ValueError("expected a token count, {mean, p95} or {histogram: {tokens, weights}}")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if float(value) != int(value) or value < 1:
-            raise ValueError("must be a whole number of tokens >= 1")
-        return int(value)
-    if isinstance(value, dict):
-        cls = HistogramSpec if "histogram" in value else MeanP95
-        try:
-            return cls.model_validate(value)
-        except ValidationError as exc:
-            err = min(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")  # a typo explains the rest
-            where = ".".join(str(p) for p in err["loc"])
-            msg = unknown_key_message(err["loc"][-1], allowed_keys(cls, err["loc"])) if err["type"] == "extra_forbidden" \
-                else err["msg"].removeprefix("Value error, ")
-            raise ValueError(f"{where}: {msg}" if where else msg) from None
-    if isinstance(value, (MeanP95, HistogramSpec)):
-        return value
-    raise ValueError("expected a token count, {mean, p95} or {histogram: {tokens, weights}}")
 
 
 class Slo(Strict):
@@ -136,7 +76,7 @@ class Workload(Strict):
     @field_validator("prompt_tokens", "output_tokens", mode="before")
     @classmethod
     def _length(cls, v):
-        return None if v is None else _parse_length_spec(v)
+        return None if v is None else parse_length_spec(v)
 
     @model_validator(mode="after")
     def _one_rate(self):
@@ -172,6 +112,14 @@ class SearchSpace(Strict):
         return tuple(sorted(set(v)))
 
 
+def _reject_keys(mapping: dict, is_bad, message: str) -> dict:
+    """``mapping`` itself, or a ValueError ``message`` naming (``{keys}``) the keys whose value ``is_bad``."""
+    bad = [k for k, x in mapping.items() if is_bad(x)]
+    if bad:
+        raise ValueError(message.format(keys=", ".join(bad)))
+    return mapping
+
+
 class CapacityRow(Strict):
     """A measured capacity (Mélange-style): requests/s one replica carries per workload."""
 
@@ -184,10 +132,7 @@ class CapacityRow(Strict):
     @field_validator("capacity_per_s")
     @classmethod
     def _non_negative(cls, v):
-        bad = [k for k, x in v.items() if x < 0]
-        if bad:
-            raise ValueError(f"capacities must be >= 0 (negative for {', '.join(bad)})")
-        return v
+        return _reject_keys(v, lambda x: x < 0, "capacities must be >= 0 (negative for {keys})")
 
 
 class Constraints(Strict):
@@ -280,18 +225,12 @@ class ProblemSpec(Strict):
     @field_validator("inventory")
     @classmethod
     def _inventory(cls, v):
-        bad = [k for k, n in v.items() if n < 0]
-        if bad:
-            raise ValueError(f"must be >= 0 GPUs ({', '.join(bad)})")
-        return v
+        return _reject_keys(v, lambda n: n < 0, "must be >= 0 GPUs ({keys})")
 
     @field_validator("prices")
     @classmethod
     def _prices(cls, v):
-        bad = [k for k, x in v.items() if not x > 0]
-        if bad:
-            raise ValueError(f"prices must be > 0 USD per GPU-hour ({', '.join(bad)})")
-        return v
+        return _reject_keys(v, lambda x: not x > 0, "prices must be > 0 USD per GPU-hour ({keys})")
 
 
 class ResolvedWorkload(Strict):
@@ -335,41 +274,6 @@ class Problem(Strict):
         return self.spec.capacity_table is not None
 
 
-def _length(spec: LengthSpec | None) -> LengthDistribution | None:
-    if spec is None:
-        return None
-    if isinstance(spec, int):
-        return Fixed(spec)
-    if isinstance(spec, MeanP95):
-        return LogNormal(spec.mean, spec.p95)
-    return Empirical(spec.histogram.tokens, spec.histogram.weights)
-
-
-def _read_trace(path: Path, where: str) -> tuple[Empirical, Empirical]:
-    from planner import limits
-
-    try:
-        if path.stat().st_size > limits.MAX_TRACE_FILE_BYTES:
-            raise PlanningInputError(f"{where}: {path} is larger than {limits.MAX_TRACE_FILE_BYTES:,} bytes")
-        with path.open(newline="", encoding="utf-8") as fh:
-            rows = list(itertools.islice(csv.DictReader(fh), limits.MAX_TRACE_ROWS + 1))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise PlanningInputError(f"{where}: cannot read {path} as a UTF-8 CSV: {exc}"[:300]) from None
-    if len(rows) > limits.MAX_TRACE_ROWS:
-        raise PlanningInputError(f"{where}: {path} has more than {limits.MAX_TRACE_ROWS:,} rows")
-    try:
-        prompts = tuple(int(r["prompt_tokens"]) for r in rows)
-        outputs = tuple(int(r["output_tokens"]) for r in rows)
-    except (KeyError, ValueError, TypeError):
-        raise PlanningInputError(f"{where}: {path} needs integer columns prompt_tokens,output_tokens") from None
-    if not prompts or min(prompts) < 1 or min(outputs) < 1:
-        raise PlanningInputError(f"{where}: {path} needs at least one row with tokens >= 1")
-    if max(prompts + outputs) > limits.MAX_TOKENS:
-        raise PlanningInputError(f"{where}: {path} has token counts above {limits.MAX_TOKENS:,}")
-    ones = (1.0,) * len(prompts)
-    return Empirical(prompts, ones, "trace"), Empirical(outputs, ones, "trace")
-
-
 def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
     """Check ``spec`` against the catalog and resolve ids; all problems reported at once."""
     problems: list[str] = []
@@ -409,9 +313,9 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
             model_id = m.id if m is not None else None
         elif spec.capacity_table is None:
             problems.append(f"{where}.model: required key is missing")
-        prompt, output = _length(w.prompt_tokens), _length(w.output_tokens)
+        prompt, output = length_distribution(w.prompt_tokens), length_distribution(w.output_tokens)
         if w.trace_csv:
-            trace = check(_read_trace, base / w.trace_csv, f"{where}.trace_csv")
+            trace = check(read_trace, base / w.trace_csv, f"{where}.trace_csv")
             if trace:
                 prompt, output = trace
         if spec.capacity_table is None:

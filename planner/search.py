@@ -8,13 +8,10 @@
 
 from __future__ import annotations
 
-import hashlib
-import itertools
-
 import numpy as np
 import pandas as pd
 
-from planner import parameters
+from planner import dimensions, parameters
 from planner.configs import config_arrays
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -41,33 +38,6 @@ REASONS = (
     "slo_tpot_unreachable",
 )
 
-CONFIG_KEY = ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
-
-
-#: Multiplier of the id hash's column mixing (64-bit, odd; from splitmix64).
-_MIX = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _value_hash(value: str) -> int:
-    return int.from_bytes(hashlib.sha1(value.encode()).digest()[:8], "little")
-
-
-def candidate_ids(frame: pd.DataFrame) -> pd.Series:
-    """Stable id per configuration: 12 hex digits of a 64-bit hash of its canonical key.
-
-    Each column value is hashed with SHA-1 (once per distinct value) and the columns are
-    mixed in a fixed order with a splitmix64-style step, all vectorized; the same
-    configuration gets the same id in every run, on every machine.
-    """
-    h = np.zeros(len(frame), dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for col in CONFIG_KEY:
-            codes, uniques = pd.factorize(frame[col].astype(str))
-            values = np.array([_value_hash(f"{col}={u}") for u in uniques], dtype=np.uint64)
-            h = (h ^ values[codes]) * _MIX
-            h ^= h >> np.uint64(31)
-    return pd.Series(np.char.add("c", np.char.mod("%016x", h).astype("<U12")), index=frame.index)
-
 
 def serving_overrides(problem: Problem) -> dict:
     """The problem's explicit ``serving:`` parameter overrides."""
@@ -76,22 +46,32 @@ def serving_overrides(problem: Problem) -> dict:
 
 def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> ServingParams:
     """Parameters of configuration ``rows`` (calibrated per GPU, then the YAML overrides);
-    without rows, the uncalibrated base with the overrides."""
+    without rows, the uncalibrated base with the overrides.
+
+    A solve calls it once per model, in the search; the stages get the result carried in
+    :class:`planner.parameters.ProblemParams` (:func:`problem_params`).
+    """
     if rows is None:
         return ServingParams().with_overrides(**serving_overrides(problem))
-    gpus = rows["gpu"].to_numpy()
-    maths = problem.catalog.math_modes(gpus, rows["quantization"].to_numpy()) \
-        if problem.calibration is not None else None
-    return parameters.resolve(gpus, problem.calibration, serving_overrides(problem),
-                              engine=problem.spec.serving.engine, model_ids=rows["model"].to_numpy(),
-                              math_modes=maths)
+    return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
+                                  problem.spec.serving.engine, rows["gpu"].to_numpy(),
+                                  rows["quantization"].to_numpy(), rows["model"].to_numpy())
+
+
+def problem_params(problem: Problem, ids: pd.Index | None = None,
+                   per_candidate: ServingParams | None = None) -> parameters.ProblemParams:
+    """The problem's parameters to carry: overrides, base, description, and the evaluated
+    candidates' own (``ids``, ``per_candidate``; none for measured capacities)."""
+    overrides = serving_overrides(problem)
+    extra = {} if ids is None else {"ids": ids, "per_candidate": per_candidate}
+    return parameters.ProblemParams(overrides=overrides, base=serving_params(problem),
+                                    used=parameters.describe(problem.calibration, overrides,
+                                                             problem.spec.serving.engine),
+                                    **extra)
 
 
 def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
-    s = problem.spec.search
-    rows = itertools.product([model_id], problem.gpus, s.tp, s.pp, problem.quantization,
-                             problem.kv_cache_dtypes, s.max_batch)
-    return pd.DataFrame(list(rows), columns=list(CONFIG_KEY))
+    return dimensions.CandidateTable.grid({"model": [model_id], **dimensions.search_values(problem)}).frame
 
 
 def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
@@ -129,18 +109,32 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
     workload's lengths, per workload ``capacity_per_s[<name>]``, ``ttft_p95_s[<name>]``,
     ``tpot_p95_s[<name>]``, and ``feasible`` / ``infeasible_reason``.
     """
-    frames = []
+    return candidates_and_params(problem)[0]
+
+
+def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
+    """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
+    configuration it evaluated), to carry to the later stages."""
+    frames, parts, sizes = [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frames.append(_evaluate_model(problem, model_id))
+        frame, params, evaluated = _evaluate_model(problem, model_id)
+        frames.append(frame)
+        parts.append(params)
+        sizes.append(evaluated)
     out = pd.concat(frames)
-    out.index = candidate_ids(out)
+    out.index = dimensions.candidate_ids(out)
     out.index.name = "candidate_id"
     if not out.index.is_unique:  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
-    return out.sort_index()
+    # each model's frame starts with its evaluated rows, in the order of its parameters
+    starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
+    rows = np.concatenate([start + np.arange(n) for start, n in zip(starts, sizes)]).astype(int)
+    return out.sort_index(), problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int]:
+    """One model's grid, evaluated: the frame (its first ``n`` rows are the configurations
+    evaluated), their serving parameters, and ``n``."""
     frame = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame)
@@ -162,7 +156,8 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
         values = np.asarray(values)
         return np.concatenate([values, np.full(pad, fill, dtype=values.dtype)])
 
-    frame["gpus"] = frame["tp"] * frame["pp"]
+    for name, derived in dimensions.DERIVED.items():
+        frame[name] = derived(frame)
     price = frame["gpu"].map(problem.prices_usd_per_gpu_hour).astype(float)
     frame["usd_per_gpu_hour"] = price
     frame["usd_per_replica_hour"] = price * frame["gpus"]
@@ -221,7 +216,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> pd.DataFrame:
     frame["feasible"] = reason == ""
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
-    return frame
+    return frame, params, n_ok
 
 
 def _take(arrays: ConfigArrays, rows: np.ndarray) -> ConfigArrays:

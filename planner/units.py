@@ -1,8 +1,6 @@
-"""Unit constants (SI inside the package) and the integer-scaling helpers of the solver."""
+"""Unit constants (SI inside the package); the solver's integer scaling is in :mod:`planner.optimize.scaling`."""
 
 from __future__ import annotations
-
-import numpy as np
 
 # Decimal (SI) prefixes: vendors quote memory in GB and bandwidth in TB/s decimal.
 KILO = 1e3
@@ -25,12 +23,3 @@ HOURS_PER_MONTH = 730.0  # 8760 h / 12, the cloud-billing convention
 TOKENS_PER_MILLION = 1e6
 BITS_PER_BYTE = 8.0
 
-
-def scale_up(values, units_per_unit: float) -> np.ndarray:
-    """Scale to integers rounding up (conservative for demands and costs)."""
-    return np.ceil(np.asarray(values, dtype=float) * units_per_unit - 1e-9).astype(np.int64)
-
-
-def scale_down(values, units_per_unit: float) -> np.ndarray:
-    """Scale to integers rounding down (conservative for capacities and limits)."""
-    return np.floor(np.asarray(values, dtype=float) * units_per_unit + 1e-9).astype(np.int64)

@@ -39,13 +39,15 @@ def settings() -> dict:
             "warmup_fraction": DEFAULT_WARMUP_FRACTION, "scheduler": "continuous"}
 
 
-def simulate_deployment(problem, row: pd.DataFrame, rates_per_s: dict[str, float]) -> dict[str, tuple]:
+def simulate_deployment(problem, row: pd.DataFrame, params,
+                        rates_per_s: dict[str, float]) -> dict[str, tuple]:
     """Simulated (p95 TTFT, p95 TPOT) [s] per workload of one replica of candidate ``row``.
 
-    ``row`` is a one-row frame of the candidate table; ``rates_per_s`` the rate per
-    replica of each workload routed to it.
+    ``row`` is a one-row frame of the candidate table, ``params`` its serving parameters
+    (:meth:`planner.parameters.ProblemParams.of`); ``rates_per_s`` the rate per replica of
+    each workload routed to it.
     """
-    from planner.search import serving_params, workload_arrays
+    from planner.search import workload_arrays
 
     workloads = {w.name: w for w in problem.workloads}
     names = sorted(n for n, r in rates_per_s.items() if r > 0)
@@ -64,7 +66,6 @@ def simulate_deployment(problem, row: pd.DataFrame, rates_per_s: dict[str, float
         output[mine] = workloads[name].output.sample(rng, int(mine.sum()))
         hit[mine] = workloads[name].prefix_cache_hit_fraction
     arrays = workload_arrays(problem, row, workloads[names[0]])
-    params = serving_params(problem, row)
     # The chunked-prefill budget of the plan's parameters (what the analytic model uses).
     chunk = int(np.asarray(params.prefill_chunk_tokens).reshape(-1)[0])
     result = run_requests(arrays, params, arrival, prompt, output, max_batch=int(row["max_batch"].iat[0]),
@@ -77,8 +78,10 @@ def simulate_deployment(problem, row: pd.DataFrame, rates_per_s: dict[str, float
     return out
 
 
-def verify_plans(problem, candidates: pd.DataFrame, plans: list) -> list:
-    """``plans`` (:class:`planner.pipeline.RankedPlan`) with :data:`COLUMNS` in their routing.
+def verify_plans(problem, candidates: pd.DataFrame, params, plans: list) -> list:
+    """``plans`` (:class:`planner.planning.RankedPlan`) with :data:`COLUMNS` in their routing.
+
+    ``params``: the problem's serving parameters (:class:`planner.parameters.ProblemParams`).
 
     A deployment that appears in several plans with the same routed rates is simulated
     once. Measured-capacity problems have nothing to simulate: the columns are NaN.
@@ -95,7 +98,8 @@ def verify_plans(problem, candidates: pd.DataFrame, plans: list) -> list:
                 rates = {w: r / float(replicas[cid]) for w, r in zip(part["workload"], part["rate_per_s"])}
                 key = (cid, tuple(sorted(rates.items())))
                 if key not in memo:
-                    memo[key] = simulate_deployment(problem, candidates.loc[[cid]], rates)
+                    row = candidates.loc[[cid]]
+                    memo[key] = simulate_deployment(problem, row, params.of(row), rates)
                 for i, w in zip(part.index, part["workload"]):
                     routing.loc[i, list(COLUMNS)] = memo[key].get(w, (math.nan, math.nan))
         out.append(replace(p, routing=routing))

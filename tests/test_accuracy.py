@@ -1,16 +1,15 @@
 """planner accuracy: row preparation, the load models, the report and the CLI."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, ROOT
+from conftest import DATA, run_cli
 from planner import accuracy as A
 from planner import accuracy_loads as L
+from planner.serving import memory
 from planner.serving.params import ServingParams
 from planner.serving.roofline import mixed_step_time_s
 
@@ -18,11 +17,8 @@ SAMPLE = DATA / "measurements-sample.csv"
 
 
 def run_planner(*args, expect=0):
-    """``python -m planner ARGS`` (accuracy, calibrate and import-bench are registered in the CLI)."""
-    proc = subprocess.run([sys.executable, "-m", "planner", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT)
-    assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
-    return proc.stdout, proc.stderr
+    """``planner ARGS`` in this process (:func:`conftest.run_cli`): (stdout, stderr), the exit code asserted."""
+    return run_cli(*args, expect=expect)
 
 
 @pytest.fixture(scope="module")
@@ -138,17 +134,17 @@ def test_attention_dp_layout(catalog):
     rows, _ = A.prepare_rows(pd.DataFrame([_row(model="deepseek-v3", gpu="b200", tp=8, num_gpus=8,
                                                 weight_dtype="fp4", kv_dtype="fp8")]), catalog)
     c = A.row_arrays(catalog, rows)
-    dp = A.attention_dp_arrays(c, 8.0)
+    dp = memory.attention_dp_arrays(c, 8.0)
     assert dp.kv_bytes_per_element[0] == pytest.approx(c.kv_bytes_per_element[0] / 8)  # MLA: one rank's share
     dense = c.params_total[0] - c.routed_expert_params[0]
     assert dp.params_total[0] == pytest.approx(c.params_total[0] + 7 * dense)  # dense weights on every rank
-    assert A.attention_dp_arrays(c, 1.0) is c
+    assert memory.attention_dp_arrays(c, 1.0) is c
 
 
 def test_trtllm_memory_budget_is_a_fraction_of_free_memory(catalog):
     rows, _ = A.prepare_rows(pd.DataFrame([_row(engine="trtllm"), _row(engine="vllm")]), catalog)
     c, p = A.row_arrays(catalog, rows), ServingParams()
-    q = A.engine_memory_params(c, p, rows["engine"].to_numpy())
+    q = memory.engine_memory_params(c, p, rows["engine"].to_numpy())
     util = np.asarray(q.gpu_memory_utilization)
     free = c.memory_bytes[0] - 16.06e9 - p.workspace_bytes
     assert util[0] * c.memory_bytes[0] - 16.06e9 - p.workspace_bytes == pytest.approx(0.9 * free, rel=1e-3)

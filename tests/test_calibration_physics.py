@@ -9,6 +9,7 @@ import test_outputs
 
 from planner import accuracy as A
 from planner import calibration as C
+from planner.calibration_fit import gpu_priors
 from planner import calibration_intervals as I
 from planner import parameters
 from planner.calculators import eval_config
@@ -85,14 +86,14 @@ def test_unmeasured_gpus_borrow_from_their_vendor_and_are_marked(catalog, shippe
             assert not any(catalog.gpu(g).vendor == catalog.gpu(gid).vendor for g in measured)
     # every unmeasured catalog GPU has a documented prior; same technology wins over bandwidth
     assert set(shipped.gpu_priors) == set(catalog.gpus.entries) - measured
-    priors = C.gpu_priors(catalog, ["h100-sxm", "h200-sxm", "mi300x"])
+    priors = gpu_priors(catalog, ["h100-sxm", "h200-sxm", "mi300x"])
     assert priors["mi325x"]["borrowed_from"] == "mi300x"  # AMD, not the nearer-bandwidth H200
     assert priors["gh200"]["borrowed_from"] == "h100-sxm"  # NVIDIA HBM3
     assert priors["gaudi3"]["borrowed_from"] is None  # no measured Intel GPU: seed defaults
     # the values follow the prior; never the global fit of other vendors
     cal = C.Calibration(default={**shipped.default, "memory_efficiency": 0.3}, gpus={
         "mi300x": {"memory_efficiency": 0.7, "compute_efficiency": 0.5, "allreduce_latency_nvlink_s": 2e-5}},
-        gpu_priors=C.gpu_priors(catalog, ["mi300x"]))
+        gpu_priors=gpu_priors(catalog, ["mi300x"]))
     p = cal.params_for(ServingParams(), ["mi325x", "gaudi3", "h100-sxm"])
     assert list(np.asarray(p.memory_efficiency)) == pytest.approx([0.7, 0.8, 0.8])
     assert cal.gpu_status("mi300x") == {"calibrated": True, "calibration_status": "calibrated"}

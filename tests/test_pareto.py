@@ -63,7 +63,7 @@ def test_fronts_start_at_the_knee(solved):
     from planner.pareto import KNEE_GRID_START_MARGIN, _Curves
 
     feasible = solved.candidates[solved.candidates["feasible"]]
-    curves = _Curves(solved.problem, feasible)
+    curves = _Curves(solved.problem, feasible, solved.params)
     for metric in ("tpot_p95_s", "ttft_p95_s"):
         tightest = solved.pareto[solved.pareto["metric"] == metric]["target_s"].min()
         # Above the fastest reachable p95 (every point is feasible), below the loosest SLO.
@@ -96,11 +96,12 @@ def _solve_json(path, *flags):
 def test_fronts_flag_none_mixed_used(tmp_path):
     spec = dict(SPEC, optimize={"pareto_points": 2, "top_k": 1}, workloads=SPEC["workloads"][:1])
     path = _write(tmp_path, spec)
-    assert _solve_json(path, "--fronts", "none")["pareto"] == []
+    none = _solve_json(path, "--fronts", "none")
+    assert none["pareto"] == []
     mixed = _solve_json(path, "--fronts", "mixed")["pareto"]
     assert {p["front"] for p in mixed} == {"mixed"} and len(mixed) == 4
     used = _solve_json(path)["pareto"]          # default: optimize.fronts = used
-    plan_gpus = {d["gpu"] for d in _solve_json(path, "--fronts", "none")["plans"][0]["deployments"]}
+    plan_gpus = {d["gpu"] for d in none["plans"][0]["deployments"]}
     front_gpus = {d.split()[1] for p in mixed for d in p["deployments"].split("; ")}
     assert {p["front"] for p in used} == {"mixed"} | plan_gpus | front_gpus
     assert [p for p in used if p["front"] == "mixed"] == mixed

@@ -231,7 +231,8 @@ def test_example_breakeven_is_reported_and_consistent(example):
 
 
 def test_infeasible_period_exits_3_and_workbook_is_deterministic(tmp_path, capsys):
-    from planner import cli, cli_budget
+    from planner import cli
+    from planner.cli import budget as cli_budget
 
     problem = _problem(tmp_path, "  horizon_months: 6\n  growth_per_month_fraction: 0.5\n"
                                  "  rent: [{offering: on-demand}]\n",

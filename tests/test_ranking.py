@@ -10,7 +10,7 @@ import yaml
 from conftest import DATA, ROOT
 from planner import cli
 from planner.optimize import solve
-from planner.pipeline import planning_instance
+from planner.planning import planning_instance
 from planner.problem import load_problem
 from planner.search import enumerate_candidates
 

@@ -134,7 +134,7 @@ def test_adam_state_and_bubble():
 
 
 def test_eval_json_has_every_design_key():
-    """DESIGN section 7: the keys of ``planner eval --json``."""
+    """The keys of ``planner eval --json`` (the seeds' contract, README "What you can ask it")."""
     r = run_json("eval", "--model", "llama-3.1-70b", "--gpu", "h200-sxm", "--tp", 4, "--batch", 32,
                  "--rate", 2, "--slo-ttft-p95", 1, "--slo-tpot-p95", 0.05)
     keys = ["weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_seq",

@@ -149,3 +149,14 @@ def test_fused_blocked_evaluate_equals_the_modular_equations_bit_for_bit(catalog
         assert np.array_equal(np.asarray(got[key]), np.asarray(ref[key]),
                               equal_nan=np.asarray(ref[key]).dtype.kind == "f"), key
     assert (got["expert_read_fraction"][frame["model"].to_numpy() == "llama-3.1-8b"] == 0).all()
+
+
+def test_take_indexes_per_row_columns_and_keeps_scalars(catalog):
+    c = arrays(catalog, "llama-3.1-8b", tp=np.array([1, 2, 4]), batch=np.array([8, 16, 32]))
+    picked = c.take(np.array([2, 0]))
+    assert picked.tp.tolist() == [4.0, 1.0] and picked.batch.tolist() == [32.0, 8.0]
+    assert picked.n_layers.tolist() == [32.0, 32.0]  # a per-row catalog column, indexed too
+    p = ServingParams(memory_efficiency=np.array([0.5, 0.6, 0.7]), step_overhead_s=np.array([1e-3]))
+    q = p.take(np.array([1]))
+    assert q.memory_efficiency.tolist() == [0.6]
+    assert q.step_overhead_s.tolist() == [1e-3] and q.compute_efficiency == 0.6  # broadcast values kept

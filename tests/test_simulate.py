@@ -2,14 +2,12 @@
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from conftest import run_cli
 from planner.configs import config_arrays
 from planner.serving import memory
 from planner.serving.params import ServingParams
@@ -41,25 +39,9 @@ def _step(arrays, params, n, chunk, context, prompt):
 
 # ---------------------------------------------------------------- CLI helpers
 
-_REGISTER = ("import sys; from planner import cli, cli_simulate; "
-             "cli._EXTRA_COMMANDS.append(cli_simulate.add_simulate_parser); sys.exit(cli.main(sys.argv[1:]))")
-
-
-def _registered() -> bool:
-    from planner import cli
-
-    parser = cli.build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    return "simulate" in sub.choices
-
-
 def run_sim_cli(*args, expect=0):
-    """``python -m planner simulate ARGS`` (registering the command first if cli.py does not yet)."""
-    prefix = ["-m", "planner"] if _registered() else ["-c", _REGISTER]
-    proc = subprocess.run([sys.executable, *prefix, "simulate", *map(str, args)],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == expect, (proc.returncode, proc.stdout, proc.stderr)
-    return proc.stdout, proc.stderr
+    """``planner simulate ARGS`` in this process (:func:`conftest.run_cli`): (stdout, stderr)."""
+    return run_cli("simulate", *args, expect=expect)
 
 
 def sim_json(*args):

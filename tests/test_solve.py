@@ -10,8 +10,10 @@ import yaml
 
 from conftest import ROOT, run_cli
 from planner.optimize.check import check_plan
-from planner.outputs.result_json import strip_timings
-from planner.pipeline import plan, planning_instance
+from planner import jsonio
+from planner.outputs.result_json import result_to_dict, strip_timings
+from planner.pipeline import plan
+from planner.planning import planning_instance
 from planner.problem import load_problem
 
 PROBLEMS = sorted((ROOT / "problems").glob("*.yaml"))
@@ -65,7 +67,7 @@ def test_verified_plan_1_meets_its_slos_in_the_simulator(solved, name):
     from planner.verify import verify_plans
 
     result = solved[name]
-    routing = verify_plans(result.problem, result.candidates, result.plans[:1])[0].routing
+    routing = verify_plans(result.problem, result.candidates, result.params, result.plans[:1])[0].routing
     slo = {w.name: w.slo for w in result.problem.workloads}
     assert len(routing) >= 1
     for r in routing.itertuples():
@@ -74,7 +76,7 @@ def test_verified_plan_1_meets_its_slos_in_the_simulator(solved, name):
 
 
 def test_equal_cost_plans_rank_by_latency(solved):
-    """DESIGN 6: rank by cost, then latency (traffic-weighted p95 TPOT), then ids."""
+    """docs/problem-format.md 1.8 (top_k): rank by cost, then latency (traffic-weighted p95 TPOT), then ids."""
     ties = 0
     for result in solved.values():
         for a, b in zip(result.plans, result.plans[1:]):
@@ -132,8 +134,16 @@ def _small_problem(tmp_path, **changes) -> Path:
     return path
 
 
-def test_fronts(tmp_path):
-    result = plan(load_problem(_small_problem(tmp_path)))
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """The small problem solved once with its fronts: (path, PlanResult, its --json document)."""
+    path = _small_problem(tmp_path_factory.mktemp("small"))
+    result = plan(load_problem(path))
+    return path, result, json.loads(jsonio.dumps(result_to_dict(result)))
+
+
+def test_fronts(small):
+    _, result, _ = small
     fronts = result.pareto
     for metric in ("tpot_p95_s", "ttft_p95_s"):
         mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == metric)].sort_values("target_s")
@@ -150,9 +160,9 @@ def test_fronts(tmp_path):
     assert loosest["usd_per_hour"] == pytest.approx(result.plans[0].usd_per_hour)
     # Front points skip the uniqueness proof; with it every cost is the same.
     from planner.pareto import pareto_fronts
-    from planner.pipeline import solver_options
+    from planner.planning import solver_options
 
-    proven = pareto_fronts(result.problem, result.candidates, solver_options(result.problem),
+    proven = pareto_fronts(result.problem, result.candidates, result.params, solver_options(result.problem),
                            metrics=("tpot_p95_s",), per_gpu=False, prove_unique_plan=True)
     mixed = fronts[(fronts["front"] == "mixed") & (fronts["metric"] == "tpot_p95_s")]
     np.testing.assert_allclose(proven["usd_per_hour"].to_numpy(), mixed["usd_per_hour"].to_numpy())
@@ -187,9 +197,9 @@ def test_infeasible_inventory(tmp_path):
     assert inv and inv[0]["verified"] and ">=" in inv[0]["message"]
 
 
-def test_same_input_same_output(tmp_path):
-    path = _small_problem(tmp_path)
-    a = json.loads(run_cli("solve", path, "--json")[0])
+def test_same_input_same_output(small):
+    """Two solves of one input, plan() (the module's) and ``planner solve --json``, give one document."""
+    path, _, a = small
     b = json.loads(run_cli("solve", path, "--json")[0])
     assert strip_timings(a) == strip_timings(b)
 

@@ -121,7 +121,7 @@ def test_plans_table_of_a_workload_a_deployment_does_not_serve():
 def test_budget_workbook_options_sheet_in_rank_order():
     from openpyxl import load_workbook
 
-    from planner.cli_budget import SHEETS, budget_xlsx
+    from planner.cli.budget import SHEETS, budget_xlsx
 
     options = pd.DataFrame({"option": ["buy", "rent on-demand", "rent reserved-1y", "rent spot"],
                             "kind": ["buy", "rent", "rent", "rent"],

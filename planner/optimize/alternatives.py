@@ -61,7 +61,8 @@ class FoundPlan:
 
 def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions = SolverOptions(), *,
                       min_load_fraction: float = MIN_ALTERNATIVE_LOAD_FRACTION,
-                      face_limit: int = EQUAL_COST_PLANS_LIMIT, statuses: list | None = None) -> list[FoundPlan]:
+                      face_limit: int = EQUAL_COST_PLANS_LIMIT, statuses: list | None = None,
+                      built: BuiltModel | None = None) -> list[FoundPlan]:
     """The optimum, its equal-cost face, and enough admissible alternatives for k ranks.
 
     Parameters
@@ -77,6 +78,9 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     statuses : list, optional
         Receives the :class:`SolveResult` of every solve, in order (the first tells an
         infeasible instance from one whose feasibility the time limit left undecided).
+    built : BuiltModel, optional
+        The instance's model (:func:`build_model`), when the caller built it already (to
+        report its pruning); built here otherwise.
 
     Returns
     -------
@@ -101,7 +105,7 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         raise ValueError(f"min_load_fraction must be in [0, 1), got {min_load_fraction}")
     if face_limit < 1:
         raise ValueError(f"face_limit must be >= 1, got {face_limit}")
-    built = build_model(instance)
+    built = built if built is not None else build_model(instance)
     ids = list(built.use.index)
     plain = built.model.clone()
     loaded: cp_model.CpModel | None = None

@@ -42,7 +42,7 @@ def check_plan(instance: PlanningInstance, plan: Plan) -> list[str]:
     """
     out: list[str] = []
     dep, routing = plan.deployments, plan.routing
-    cands, cap = instance.candidates, instance.capacity_per_s
+    cands = instance.candidates
     ids = dep["candidate_id"].astype(str).to_numpy()
     unknown = sorted(set(ids) - set(cands.index))
     if unknown:

@@ -11,8 +11,6 @@ from planner.optimize.model import build_model
 from planner.optimize.scaling import COST_UNITS_PER_USD
 from planner.optimize.tiebreak import new_solver
 
-_SOLVED = (cp_model.OPTIMAL, cp_model.FEASIBLE)
-
 
 @dataclass(frozen=True)
 class Finding:

@@ -1,8 +1,9 @@
-"""The daily load profile in the solve report: the per-hour table and the capacity curve."""
+"""The daily load profile in the solve report: the per-hour tables.
+
+Its figure is :func:`planner.outputs.plots.daily_figure` (plots own every figure).
+"""
 
 from __future__ import annotations
-
-import numpy as np
 
 
 def daily_blocks(doc: dict) -> list[tuple]:
@@ -32,37 +33,3 @@ def daily_blocks(doc: dict) -> list[tuple]:
                for h in daily["hours"]]))
     return b
 
-
-def daily_figure(daily: dict):
-    """Stacked bars per hour (base, then on-demand, per GPU type; base bars are GPUs held, used or not) and the load curve."""
-    import matplotlib
-
-    from planner.outputs.plots import RC, _empty, _figure
-
-    with matplotlib.rc_context(RC):
-        fig = _figure()
-        ax = fig.add_subplot()
-        if not daily["hours"]:
-            _empty(ax, "no per-hour plan")
-            return fig
-        hours = np.arange(len(daily["hours"]))
-        bottom = np.zeros(len(hours))
-        types = sorted(daily["usd_per_gpu_hour"])
-        for tier, key, hatch in (("base", "base_gpus", None), ("on-demand", "on_demand_gpus", "//")):
-            for j, g in enumerate(types):
-                n = np.array([h[key].get(g, 0) for h in daily["hours"]], dtype=float)
-                if n.any():
-                    ax.bar(hours, n, bottom=bottom, color=f"C{j % 10}", hatch=hatch, edgecolor="white",
-                           label=f"{g} {tier}")
-                    bottom += n
-        ax.set_xlabel("hour of day")
-        ax.set_ylabel("GPUs")
-        ax.set_xticks(hours[::2])
-        twin = ax.twinx()
-        twin.plot(hours, [max(h["multiplier"].values()) for h in daily["hours"]], color="black",
-                  marker="o", markersize=3, label="load (x peak)")
-        twin.set_ylim(0, 1.1)
-        twin.set_ylabel("load (x peak rate)")
-        ax.legend(fontsize=7, loc="upper left")
-        ax.set_title("Per-hour plan: GPUs in use by tier, and the daily load curve")
-    return fig

@@ -18,6 +18,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from planner import dimensions
+
 ENGINES = ("vllm", "sglang", "trtllm")
 FLAG_DIR = Path(__file__).resolve().parent / "engine_flags"
 #: max model length covers this quantile of prompt + output tokens of the served workloads.
@@ -174,7 +176,7 @@ class LaunchSettings:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tp * self.pp
+        return dimensions.gpus_per_replica(self)
 
     @property
     def quantized(self) -> bool:
@@ -195,7 +197,7 @@ def _max_model_len(problem, model_id: str, workloads: list[str]) -> int:
 
 
 def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, routing: pd.DataFrame,
-                    index: int = 1) -> LaunchSettings:
+                    index: int = 1, *, params) -> LaunchSettings:
     """Settings of one deployment of a plan.
 
     Parameters
@@ -209,6 +211,8 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
         ``RankedPlan.routing`` (which workloads the deployment serves).
     index : int
         Position of the deployment in its plan (names the files).
+    params : ServingParams
+        The problem's base serving parameters (``PlanResult.params.base``).
 
     Notes
     -----
@@ -218,9 +222,7 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
     and workspace, so it gets (u M - W - ws) / (M - W - ws), the same KV budget.
     """
     from planner.compat import engine_table
-    from planner.search import serving_params
 
-    params = serving_params(problem)
     cid = deployment["candidate_id"]
     row = candidates.loc[cid]
     gpu = problem.catalog.gpu(deployment["gpu"])
@@ -468,7 +470,7 @@ def launch_files(result) -> dict[str, str]:
     plan = result.best
     readme = ["# Launch settings", ""]
     files: dict[str, str] = {}
-    if plan is None or "tp" not in plan.deployments.columns:
+    if plan is None or not dimensions.has_settings(plan.deployments):
         why = "the problem has no plan" if plan is None else "the plan comes from a measured capacity table"
         readme.append(f"No launch settings: {why}.")
     else:
@@ -479,7 +481,8 @@ def launch_files(result) -> dict[str, str]:
                     "An engine's files are written only where catalogs/engines.yaml documents it for the "
                     "deployment's GPU, weight format and KV dtype; the list says why one is missing."), ""]
         for i, (_, dep) in enumerate(plan.deployments.iterrows(), start=1):
-            s = launch_settings(result.problem, result.candidates, dep, plan.routing, index=i)
+            s = launch_settings(result.problem, result.candidates, dep, plan.routing, index=i,
+                                params=result.params.base)
             sub = f"{i:02d}-{_slug(dep['model'])}-{dep['gpu']}-{dep['candidate_id']}"
             skipped = {e: why for e in ENGINES if (why := unsupported_reason(s, e))}
             for engine in ENGINES:
@@ -490,7 +493,7 @@ def launch_files(result) -> dict[str, str]:
             if "vllm" not in skipped:
                 files[f"{sub}/deployment.yaml"] = k8s_manifest(s)
             readme.append(f"- `{sub}/`: {s.replicas} x {s.gpu} ({s.gpus_per_replica} GPU(s) each), "
-                          f"{s.model} {s.quantization}/kv-{s.kv_cache_dtype}, max batch {s.max_num_seqs}, "
+                          f"{dimensions.label(dep, 'launch')}, "
                           f"max model length {s.max_model_len}, checkpoint {s.hf_repo or s.model}")
             readme += [f"  - no `{e}` settings: {why}" for e, why in skipped.items()]
     return {"README.md": "\n".join(readme) + "\n", **files}

@@ -1,4 +1,4 @@
-"""Report plots (cost vs p95 latency fronts, plan cost breakdown) as deterministic PNG and SVG bytes.
+"""Report plots (cost vs p95 latency fronts, plan costs, daily profile) as deterministic PNG/SVG bytes.
 
 matplotlib is used through its object API with the Agg canvas (no pyplot, no global
 backend switch); SVG ids use a fixed hash salt and neither format carries a date or a
@@ -114,12 +114,45 @@ def plan_costs_figure(plans: list[dict]):
     return fig
 
 
+def daily_figure(daily: dict):
+    """Stacked bars per hour (base, then on-demand, per GPU type; base bars are GPUs held, used or not) and the load curve."""
+    import matplotlib
+
+    with matplotlib.rc_context(RC):
+        fig = _figure()
+        ax = fig.add_subplot()
+        if not daily["hours"]:
+            _empty(ax, "no per-hour plan")
+            return fig
+        hours = np.arange(len(daily["hours"]))
+        bottom = np.zeros(len(hours))
+        types = sorted(daily["usd_per_gpu_hour"])
+        for tier, key, hatch in (("base", "base_gpus", None), ("on-demand", "on_demand_gpus", "//")):
+            for j, g in enumerate(types):
+                n = np.array([h[key].get(g, 0) for h in daily["hours"]], dtype=float)
+                if n.any():
+                    ax.bar(hours, n, bottom=bottom, color=f"C{j % 10}", hatch=hatch, edgecolor="white",
+                           label=f"{g} {tier}")
+                    bottom += n
+        ax.set_xlabel("hour of day")
+        ax.set_ylabel("GPUs")
+        ax.set_xticks(hours[::2])
+        twin = ax.twinx()
+        twin.plot(hours, [max(h["multiplier"].values()) for h in daily["hours"]], color="black",
+                  marker="o", markersize=3, label="load (x peak)")
+        twin.set_ylim(0, 1.1)
+        twin.set_ylabel("load (x peak rate)")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.set_title("Per-hour plan: GPUs in use by tier, and the daily load curve")
+    return fig
+
+
 def render_plots(result, doc: dict) -> dict[str, bytes]:
     """``{"pareto_tpot.png": bytes, "pareto_tpot.svg": bytes, ...}`` for a solve.
 
     Parameters
     ----------
-    result : planner.pipeline.PlanResult
+    result : planner.planning.PlanResult
     doc : dict
         ``result_to_dict(result)`` (plan costs are drawn from it).
     """
@@ -129,8 +162,6 @@ def render_plots(result, doc: dict) -> dict[str, bytes]:
         "plan_costs": plan_costs_figure(doc["plans"]),
     }
     if doc.get("daily"):
-        from planner.outputs.daily import daily_figure
-
         figures["daily_profile"] = daily_figure(doc["daily"])
     out = {}
     for name, fig in figures.items():

@@ -13,6 +13,8 @@ import html
 import math
 import re
 
+from planner import dimensions
+
 _URL_SCHEME = re.compile(r"https?://", re.IGNORECASE)
 
 CSS = """body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;max-width:1180px;margin:2em auto;
@@ -74,9 +76,9 @@ def _quality(d: dict) -> str:
 
 
 def _config(d: dict) -> str:
-    if "tp" not in d:
+    if not dimensions.has_settings(d):
         return d.get("name", d["candidate_id"])
-    return f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} b{d['max_batch']}"
+    return dimensions.label(d, "table")
 
 
 def _cost_by_gpu(plan: dict) -> dict:
@@ -152,8 +154,6 @@ def margin_blocks(doc: dict) -> list[tuple]:
 def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> list[tuple]:
     """The report as blocks: ("h", level, text), ("p", text), ("table", headers, rows),
     ("img", name, caption), ("code", text), ("list", items)."""
-    from planner.search import serving_overrides, serving_params
-
     problem = result.problem
     s = doc["solver"]
     b: list[tuple] = [("h", 1, f"Deployment plan: {doc['problem']}")]
@@ -240,8 +240,8 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
     b.append(("table", ["GPU", "USD/GPU-h", "offering", "provider", "as of", "source"],
               [[r["gpu"], _num(r["usd_per_gpu_hour"], ".4g"), r["offering"], r["provider"], r["as_of"],
                 r["source"]] for r in (price_provenance(problem, g) for g in gpus_involved(result, doc))]))
-    params = serving_params(problem).as_dict()
-    overrides = serving_overrides(problem)
+    params = result.params.base.as_dict()
+    overrides = result.params.overrides
     cal = problem.calibration
     b.append(("p", "Serving-model parameters (efficiencies against catalog peak figures, overheads), "
                    "before calibration:"))

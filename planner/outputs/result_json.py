@@ -1,4 +1,4 @@
-"""The ``planner solve --json`` document (DESIGN section 7) and its readable text form."""
+"""The ``planner solve --json`` document (docs/problem-format.md section 3) and its readable text form."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from planner import dimensions
 from planner.margins import Margins
-from planner.pipeline import PlanResult
+from planner.planning import PlanResult
 from planner.verify import COLUMNS as VERIFY_COLUMNS
 from planner.verify import settings as verify_settings
 
@@ -47,9 +48,7 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
         "model": dep.get("model"), "name": dep.get("name"),
-        "tp": _int(dep.get("tp")), "pp": _int(dep.get("pp")),
-        "quantization": dep.get("quantization"), "kv_cache_dtype": dep.get("kv_cache_dtype"),
-        "max_batch": _int(dep.get("max_batch")),
+        **{n: dimensions.dimension(n).value(dep.get(n)) for n in dimensions.SETTINGS},
         "replicas": int(dep["replicas"]), "gpus_per_replica": int(dep["gpus_per_replica"]),
         "gpus": int(dep["gpus"]), "usd_per_hour": float(dep["usd_per_hour"]),
         "load_fraction": float(dep["load_fraction"]),
@@ -82,13 +81,10 @@ def _int(v):
     return int(v)
 
 
-def _parameters_used(problem) -> dict:
-    from planner import parameters
-    from planner.search import serving_overrides
-
-    if problem.measured:
+def _parameters_used(result: PlanResult) -> dict:
+    if result.problem.measured:
         return {"calibration": "not used (measured capacities)", "engine": None, "overrides": {}}
-    return parameters.describe(problem.calibration, serving_overrides(problem), problem.spec.serving.engine)
+    return result.params.used
 
 
 def result_to_dict(result: PlanResult) -> dict:
@@ -122,7 +118,7 @@ def result_to_dict(result: PlanResult) -> dict:
                        "output_tokens": w.output.describe() if w.output else None,
                        "slo": w.slo.model_dump() if w.slo else None} for w in problem.workloads],
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
-        "serving_parameters": _parameters_used(problem),
+        "serving_parameters": _parameters_used(result),
         "margins": margins.describe(),
         **({"verification": verify_settings()} if result.verified else {}),
         "timings_s": result.timings_s,
@@ -174,8 +170,8 @@ def result_text(result: PlanResult) -> str:
         lines.append(f"#{p['rank']}  ${p['usd_per_hour']:.2f}/h" + per_million
                      + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
         for d in p["deployments"]:
-            cfg = (f"tp{d['tp']} pp{d['pp']} {d['quantization']}/kv-{d['kv_cache_dtype']} max_batch {d['max_batch']}"
-                   if "tp" in d else d.get("name", d["candidate_id"]))
+            cfg = (dimensions.label(d, "text") if dimensions.has_settings(d)
+                   else d.get("name", d["candidate_id"]))
             quality = d.get("quality")
             rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
                    else f", quality {quality['recovery']:.1%}")

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from planner import jsonio
+from planner import dimensions, jsonio
 from planner.outputs.tables import csv_text
 from planner.schema import PlanningInputError
 
@@ -175,9 +175,8 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                    "plan_usd_per_million_tokens": p["usd_per_million_tokens"],
                    "plan_usd_per_million_input_tokens": p["usd_per_million_input_tokens"],
                    "plan_usd_per_million_total_tokens": p["usd_per_million_total_tokens"], "plan_gpus": p["gpus"],
-                   **{k: d.get(k) for k in ("candidate_id", "name", "model", "gpu", "tp", "pp", "quantization",
-                                             "kv_cache_dtype", "max_batch", "replicas", "gpus_per_replica",
-                                             "gpus", "usd_per_hour", "load_fraction")}}
+                   **{k: d.get(k) for k in ("candidate_id", "name", *dimensions.NAMES, "replicas",
+                                             "gpus_per_replica", "gpus", "usd_per_hour", "load_fraction")}}
             if d.get("quality") is not None:
                 row["quality_recovery"] = d["quality"]["recovery"]
                 row["quality_source"] = d["quality"]["source"]
@@ -193,7 +192,7 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                          ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens",
                           "plan_usd_per_million_input_tokens", "plan_usd_per_million_total_tokens", "plan_gpus",
                           "candidate_id", "gpu", "replicas", "gpus", "usd_per_hour"])
-    config = ["name", "model", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch"]
+    config = ["name", "model", *dimensions.SETTINGS]
     empty = [c for c in config if c in frame and frame[c].isna().all()]
     return frame.drop(columns=empty) if rows else frame
 
@@ -206,8 +205,6 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
     """Every output file of a solve, in memory, and the run record (without timestamps)."""
     from planner.outputs import launch, plots, report
     from planner.outputs.result_json import result_to_dict
-    from planner import parameters
-    from planner.search import serving_overrides, serving_params
 
     doc = result_to_dict(result)
     problem = result.problem
@@ -229,9 +226,8 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
         "input": {"path": problem.path, "sha256": file_sha256(problem.path)},
         "catalog_versions": dict(sorted(problem.catalog.versions.items())),
         "status": result.status, "solver": result.solver, "candidates": result.counts,
-        "serving_params": {k: float(v) for k, v in serving_params(problem).as_dict().items()},
-        "serving_parameters_used": parameters.describe(problem.calibration, serving_overrides(problem),
-                                                       problem.spec.serving.engine),
+        "serving_params": {k: float(v) for k, v in result.params.base.as_dict().items()},
+        "serving_parameters_used": result.params.used,
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
         "timings_s": result.timings_s,
     }
@@ -243,7 +239,7 @@ def write_outputs(result, out_dir) -> Path:
 
     Parameters
     ----------
-    result : planner.pipeline.PlanResult
+    result : planner.planning.PlanResult
     out_dir : str or Path
 
     Returns

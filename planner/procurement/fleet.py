@@ -219,7 +219,7 @@ def solve_fleet(inputs: FleetInputs, tiers: list[Tier], option: str, *, growth_p
     """
     capacity_factor = capacity_factor or {}
     per, H, r = inputs.periods, inputs.horizon_months, inputs.discount_rate_per_year
-    P, n, m = len(per), len(inputs.candidate_ids), len(inputs.workloads)
+    n, m = len(inputs.candidate_ids), len(inputs.workloads)
     gpus = inputs.gpus
     cap = np.array(inputs.capacity_per_s, dtype=float).reshape(n, m)
     cap = cap * np.array([capacity_factor.get(g, 1.0) for g in inputs.candidate_gpu])[:, None]

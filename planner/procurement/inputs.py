@@ -26,10 +26,9 @@ class Option:
 
 def candidate_table(problem):
     """The serving model's candidates at today's traffic: (instance or None, candidates)."""
-    from planner.pipeline import measured_candidates, planning_instance
-    from planner.search import enumerate_candidates
+    from planner.planning import planning_instance, search_candidates
 
-    candidates = measured_candidates(problem) if problem.measured else enumerate_candidates(problem)
+    candidates, _ = search_candidates(problem)
     return planning_instance(problem, candidates), candidates
 
 

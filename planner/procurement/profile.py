@@ -65,13 +65,14 @@ def _base_price(problem, gpu: str, offering: str) -> float | None:
     return row.usd_per_gpu_hour if row is not None else None
 
 
-def daily_plan(problem, peak_plan, *, time_limit_s: float | None = None) -> dict | None:
+def daily_plan(problem, peak_plan, instance, *, time_limit_s: float | None = None) -> dict | None:
     """The per-hour plan of a problem with a load profile (None without one).
 
     One fleet model over the 24 hours (:func:`planner.procurement.fleet.solve_fleet`, hours
     as periods): an always-on base tier held all day at the ``base_offering`` price (GPU
     types without such a price have no base) and an on-demand tier per hour, every hour's
     deployments fitting that hour's traffic; then the scale-up lead time is charged.
+    ``instance``: the solve's planning instance (:func:`planner.planning.planning_instance`).
 
     Returns
     -------
@@ -83,7 +84,7 @@ def daily_plan(problem, peak_plan, *, time_limit_s: float | None = None) -> dict
         type, base and on-demand GPUs, ``scale_up_usd`` and the hour's cost ``usd``.
     """
     from planner.procurement.fleet import PAY_PER_USE, RESERVED, Tier, solve_fleet
-    from planner.procurement.inputs import candidate_table, fleet_inputs
+    from planner.procurement.inputs import fleet_inputs
     from planner.procurement.spec import ProcurementSpec
 
     mult = hourly_multipliers(problem)
@@ -91,7 +92,6 @@ def daily_plan(problem, peak_plan, *, time_limit_s: float | None = None) -> dict
         return None
     settings = profile_settings(problem)
     names = [w.name for w in problem.workloads]
-    instance, _ = candidate_table(problem)
     spec = ProcurementSpec(horizon_months=HOURS_PER_DAY, period_months=1, mix=False, churn={"min_saving_usd": 0})
     factors = tuple(tuple(float(mult[n][t]) for n in names) for t in range(HOURS_PER_DAY))
     inputs = dataclasses.replace(fleet_inputs(problem, spec, instance, time_limit_s=time_limit_s),

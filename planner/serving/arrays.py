@@ -67,6 +67,12 @@ class ConfigArrays:
     def shape(self) -> tuple:
         return np.broadcast_shapes(*(getattr(self, f.name).shape for f in fields(self)))
 
+    def take(self, rows) -> "ConfigArrays":
+        """The configurations at positions ``rows``: 1-D columns of more than one element are
+        indexed; scalars and one-element columns (they broadcast) are kept."""
+        return self.replace(**{f.name: v[rows] for f in fields(self)
+                               if (v := getattr(self, f.name)).ndim == 1 and v.size > 1})
+
 
 MODEL_COLUMNS = ("n_layers", "hidden_size", "n_kv_heads", "head_dim", "params_total",
                  "params_active", "routed_expert_params", "num_experts", "experts_per_token",

@@ -1,4 +1,4 @@
-"""The comprehensive serving playground: every quantity of DESIGN section 4 at once."""
+"""The comprehensive serving playground: every quantity of docs/serving-model.md sections 2-7 at once."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from dataclasses import fields
 
 import numpy as np
 
+from planner.dimensions import gpus_per_replica
 from planner.serving import economics, memory, roofline
 from planner.serving.arrays import ConfigArrays
 from planner.serving.fused import fused_evaluate, latency_outputs
@@ -127,5 +128,5 @@ def evaluate_reference(c: ConfigArrays, p: ServingParams, users=None, usd_per_gp
     }
     if usd_per_gpu_hour is not None:
         out["usd_per_million_tokens"] = economics.usd_per_million_tokens(
-            c.tp * c.pp, usd_per_gpu_hour, throughput)
+            gpus_per_replica(c), usd_per_gpu_hour, throughput)
     return out

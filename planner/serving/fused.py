@@ -1,32 +1,30 @@
 """The serving playground's quantities in one fused pass (speed; issue 19).
 
 :func:`fused_evaluate` returns exactly what :func:`planner.serving.evaluate.evaluate`
-returns, computed from the same equations as :mod:`planner.serving.roofline`,
-:mod:`planner.serving.memory` and :mod:`planner.serving.economics` in the same float64
-operation order (``tests/test_serving.py`` checks bit equality), but with every shared
-intermediate computed once (weights, KV per sequence and per GPU, decode FLOPs per token,
-the link terms of the all-reduces and pipeline hops) and the MoE power taken only on MoE
-rows. The modular functions stay the reference and the documentation of each equation.
+returns. The decode step and the prefill come from the serving model's one implementation
+of each (:func:`planner.serving.roofline.decode_times`, :func:`~planner.serving.roofline.prefill_time_s`);
+the memory quantities, intensities and economics are computed from the same equations as
+:mod:`planner.serving.memory`, :mod:`planner.serving.roofline` and
+:mod:`planner.serving.economics` in the same float64 operation order
+(``tests/test_serving.py`` checks bit equality with
+:func:`planner.serving.evaluate.evaluate_reference`), with every shared intermediate
+computed once (weights, KV per sequence and per GPU, decode FLOPs per token) and the MoE
+power taken only on MoE rows.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.serving.arrays import LINK_FAST, ConfigArrays
+from planner.dimensions import gpus_per_replica
+from planner.serving import roofline
+from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 
 #: Labels of the decode bound, indexed by ``memory_bound`` (a take is 2-3x faster than where).
 _BOUND_LABELS = np.array(["compute", "memory"])
-
-
-def _pick(mask, if_true, if_false):
-    """np.where(mask, if_true, if_false) for scalar choices: a table lookup (same values)."""
-    if np.ndim(if_true) or np.ndim(if_false):
-        return np.where(mask, if_true, if_false)
-    return np.array([if_false, if_true], dtype=float).take(np.asarray(mask).view(np.uint8))
 
 
 def _expert_fraction(miss, moe, tokens, known=None):
@@ -61,7 +59,7 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
     users = c.batch if users is None else np.asarray(users, dtype=float)
     tp, pp, b, ctx, pt = c.tp, c.pp, c.batch, c.context_tokens, c.prompt_tokens
     L, d = c.n_layers, c.hidden_size
-    nS = tp * pp
+    nS = gpus_per_replica(c)
     # memory.py
     weights = c.params_total * c.weight_bytes_per_param
     weights_per_gpu = weights / nS
@@ -79,42 +77,14 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
     with np.errstate(divide="ignore", invalid="ignore"):
         miss = np.where(moe, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
     expert_bytes = c.routed_expert_params * c.weight_bytes_per_param
-    tau = _pick(c.link_kind == LINK_FAST, p.allreduce_latency_nvlink_s, p.allreduce_latency_pcie_s)
-    has_link = c.link_bytes_per_s > 0
-    comm_coef = 2.0 * (tp - 1.0) / tp * p.activation_bytes
-    multi = tp > 1
-
-    def tp_comm(tokens):
-        volume = comm_coef * tokens * d
-        with np.errstate(divide="ignore", invalid="ignore"):
-            transfer = np.where(has_link, volume / c.link_bytes_per_s, np.inf)
-        return np.where(multi, 2.0 * L * (transfer + tau), 0.0)
-
-    def pp_hop(tokens):
-        volume = p.activation_bytes * tokens * d
-        with np.errstate(divide="ignore", invalid="ignore"):
-            transfer = np.where(has_link, volume / c.link_bytes_per_s, 0.0)
-        return (pp - 1.0) * (transfer + p.pipeline_hop_latency_s)
-
     decode_flops_per_token = 2.0 * c.params_active + 4.0 * L * d * ctx
-    # decode step (roofline.decode_times)
-    micro = np.maximum(b / pp, np.minimum(b, 1.0))
-    frac_micro = _expert_fraction(miss, moe, micro)
-    read_micro = weights - expert_bytes + expert_bytes * frac_micro
-    gpu_bytes = read_micro / nS + micro * kv_seq * kv_fraction
-    t_mem = gpu_bytes / (c.bandwidth_bytes_per_s * p.memory_efficiency)
-    t_comp = micro * decode_flops_per_token / (nS * c.peak_flops_per_s * p.compute_efficiency)
-    t_comm = tp_comm(micro) / pp
-    tpot = pp * (np.maximum(t_mem, t_comp) + t_comm) + pp_hop(micro) + p.step_overhead_s
-    # prefill (roofline.prefill_time_s)
-    flops = pt * (2.0 * c.params_active + 2.0 * L * d * pt)
-    pf_comp = flops / (tp * c.peak_flops_per_s * p.compute_efficiency * p.prefill_compute_factor)
-    read_prompt = weights - expert_bytes + expert_bytes * _expert_fraction(miss, moe, pt)
-    pf_mem = read_prompt / (tp * c.bandwidth_bytes_per_s * p.memory_efficiency)
-    prefill = np.maximum(pf_comp, pf_mem) + tp_comm(pt) + pp_hop(pt)
+    # the decode step and the prefill: the serving model's one implementation of each
+    decode = roofline.decode_times(c, p)
+    prefill = roofline.prefill_time_s(c, p)
+    tpot = decode["tpot_s"]
     # intensities, queue, economics
     per_stage = b / pp
-    expert_fraction = _expert_fraction(miss, moe, per_stage, (micro, frac_micro))
+    expert_fraction = _expert_fraction(miss, moe, per_stage)
     read_batch = weights - expert_bytes + expert_bytes * _expert_fraction(miss, moe, b, (per_stage, expert_fraction))
     throughput = b / tpot
     rounds = np.maximum(np.ceil(np.asarray(users, dtype=float) / b - 1.0 - 1e-12), 0.0)
@@ -132,10 +102,10 @@ def fused_evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_ho
         "arithmetic_intensity": b * decode_flops_per_token / (read_batch + b * kv_seq),
         "kv_arithmetic_intensity": 4.0 * L * d / (L * c.kv_elems_per_token_layer * c.kv_bytes_per_element),
         "ridge_point": c.peak_flops_per_s / c.bandwidth_bytes_per_s,
-        "bound": _BOUND_LABELS.take(np.asarray(t_mem >= t_comp).view(np.uint8)),
-        "t_mem_s": pp * t_mem,
-        "t_comp_s": pp * t_comp,
-        "t_comm_s": pp * t_comm,
+        "bound": _BOUND_LABELS.take(np.asarray(decode["memory_bound"]).view(np.uint8)),
+        "t_mem_s": decode["t_mem_s"],
+        "t_comp_s": decode["t_comp_s"],
+        "t_comm_s": decode["t_comm_s"],
         **latency_outputs(tpot, prefill, wait, throughput, p),
         "expert_read_fraction": expert_fraction,
     }

@@ -1,4 +1,5 @@
-"""GPU memory budget: weights, KV cache per token and per sequence, fit and concurrency."""
+"""GPU memory budget: weights, KV cache per token and per sequence, fit and concurrency;
+the attention-data-parallel layout and TensorRT-LLM's KV budget rule."""
 
 from __future__ import annotations
 
@@ -6,6 +7,12 @@ import numpy as np
 
 from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
+
+#: TensorRT-LLM gives the KV cache this fraction of the memory left after weights and
+#: activations (``kv_cache_free_gpu_mem_fraction``; aiconfigurator's
+#: TRTLLM_DEFAULT_FREE_GPU_MEMORY_FRACTION); vLLM and SGLang cap total use instead
+#: (``gpu_memory_utilization`` / ``mem_fraction_static``), as the planner's memory model does.
+TRTLLM_FREE_MEMORY_FRACTION = 0.9
 
 
 def weights_bytes(c: ConfigArrays) -> np.ndarray:
@@ -68,3 +75,47 @@ def max_concurrency(c: ConfigArrays, p: ServingParams, context_tokens=None) -> n
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.floor(np.where(per_gpu > 0, budget / per_gpu, np.inf))
     return np.maximum(n, 0.0)
+
+
+def attention_dp_arrays(c: ConfigArrays, attention_dp) -> ConfigArrays:
+    """The layout with attention data parallelism over ``attention_dp`` ranks.
+
+    Notes
+    -----
+    With D attention-DP ranks inside the N GPUs of a stage, each rank holds the KV of its
+    own b/D sequences over an attention TP group of N/D GPUs, and the dense (non-expert)
+    weights are replicated D times. Expressed on the model's columns: the KV bytes per
+    element are scaled by (ceil(n_kv/(N/D))/n_kv) / (D f_kv), f_kv the plain-TP share
+    (MLA: 1/D), and the dense parameters are counted D times in ``params_total``.
+    """
+    d = np.asarray(attention_dp, dtype=float)
+    if not np.any(d > 1):
+        return c
+    attn_tp = np.maximum(c.tp / d, 1.0)
+    plain = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / c.tp) / c.n_kv_heads, 1.0)
+    split = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / attn_tp) / c.n_kv_heads, 1.0)
+    kv_scale = split / (d * plain)
+    dense = c.params_total - c.routed_expert_params
+    return c.replace(kv_bytes_per_element=c.kv_bytes_per_element * kv_scale,
+                     params_total=c.params_total + dense * (d - 1.0))
+
+
+def engine_memory_params(c: ConfigArrays, p: ServingParams, engines) -> ServingParams:
+    """``p`` with TensorRT-LLM rows' memory budget expressed as the planner's utilization.
+
+    Notes
+    -----
+    TensorRT-LLM: KV = f (M - W - ws) with f = TRTLLM_FREE_MEMORY_FRACTION, which equals the
+    planner's u M - W - ws for u = (f (M - W - ws) + W + ws) / M (per GPU; clipped to
+    [0, 1]). Other engines keep ``p.gpu_memory_utilization``.
+    """
+    engines = np.asarray(engines, dtype=object)
+    trt = engines == "trtllm"
+    if not trt.any():
+        return p
+    weights = weights_bytes_per_gpu(c)
+    fixed = weights + p.workspace_bytes
+    util = (TRTLLM_FREE_MEMORY_FRACTION * np.maximum(c.memory_bytes - fixed, 0.0) + fixed) / c.memory_bytes
+    util = np.clip(util, 0.0, 1.0)
+    base = np.broadcast_to(np.asarray(p.gpu_memory_utilization, dtype=float), util.shape)
+    return p.with_overrides(gpu_memory_utilization=np.where(trt, util, base))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 from planner.units import GIGA, MICROSECONDS
 
 
@@ -55,6 +57,15 @@ class ServingParams:
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def take(self, rows) -> "ServingParams":
+        """The parameters of configuration rows ``rows``: 1-D array fields of more than one
+        element are indexed; scalars and one-element arrays (they broadcast) are kept."""
+        out = {}
+        for key, value in self.as_dict().items():
+            arr = np.asarray(value)
+            out[key] = arr[rows] if arr.ndim == 1 and arr.size > 1 else value
+        return replace(self, **out)
 
 
 SEED_PARAMS = ServingParams()

@@ -1,6 +1,6 @@
 """p95 TTFT and TPOT of one continuous-batching replica under Poisson load, and capacity at SLO.
 
-Analytic and vectorized (DESIGN section 5); checked against the discrete-event simulator
+Analytic and vectorized (docs/serving-model.md section 9); checked against the discrete-event simulator
 by ``benchmarks/bench_queueing_vs_sim.py``. The state of a replica is parametrized by its
 mean decode occupancy n (sequences decoding); everything else is explicit in n:
 
@@ -159,12 +159,18 @@ def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
     return x
 
 
-def exponential_tail_p95(p_wait, mean_wait_given_wait) -> np.ndarray:
-    """p95 of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise."""
+def exponential_tail_quantile(p_wait, mean_wait_given_wait, q) -> np.ndarray:
+    """q-quantile of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise:
+    mean ln(p_wait / (1 - q)) where p_wait > 1 - q, else 0."""
     p = np.asarray(p_wait, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        t = mean_wait_given_wait * np.log(p / (1.0 - P95))
-    return np.where(p > 1.0 - P95, t, 0.0)
+        t = mean_wait_given_wait * np.log(p / (1.0 - q))
+    return np.where(p > 1.0 - q, t, 0.0)
+
+
+def exponential_tail_p95(p_wait, mean_wait_given_wait) -> np.ndarray:
+    """p95 of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise."""
+    return exponential_tail_quantile(p_wait, mean_wait_given_wait, P95)
 
 
 def step_model(c: ConfigArrays, p: ServingParams, t: TrafficArrays) -> StepModel:

@@ -5,6 +5,16 @@ from __future__ import annotations
 import argparse
 import math
 
+from planner.cli.helpers import (
+    EXIT_OK,
+    UsageError,
+    add_efficiency_args,
+    catalog_from,
+    efficiency_overrides,
+    positive_int,
+    print_table,
+)
+from planner.dimensions import gpus_per_replica
 from planner.schema import PlanningInputError
 from planner.simulate import (
     DEFAULT_PREFILL_CHUNK_TOKENS,
@@ -48,8 +58,8 @@ _REPLICA_TABLE_KEYS = (
 )
 
 
-def add_simulate_parser(subparsers) -> argparse.ArgumentParser:
-    """Create the ``simulate`` subcommand on ``subparsers`` (which builds ``planner.cli._Parser``s).
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Create the ``simulate`` subcommand on ``subparsers`` (which builds ``planner.cli.helpers.Parser``s).
 
     Parameters
     ----------
@@ -61,8 +71,6 @@ def add_simulate_parser(subparsers) -> argparse.ArgumentParser:
     argparse.ArgumentParser
         The ``simulate`` parser, with ``func=cmd_simulate``.
     """
-    from planner.cli import _add_efficiency_args, _positive_int
-
     p = subparsers.add_parser(
         "simulate", help="discrete-event simulation: one replica's p95s, or static vs continuous batching",
         description="Simulate one replica under Poisson traffic (--model/--gpu/--rate/--prompt/--output), "
@@ -71,22 +79,22 @@ def add_simulate_parser(subparsers) -> argparse.ArgumentParser:
                    help="the seed's toy timeline: unit step cost, no prefill, static vs continuous")
     p.add_argument("--model", help="catalog model id or alias, or a HuggingFace config.json path")
     p.add_argument("--gpu", help="catalog GPU id or alias")
-    p.add_argument("--tp", type=_positive_int, help="tensor-parallel degree N (default 1)")
-    p.add_argument("--pp", type=_positive_int, help="pipeline-parallel stages S (default 1)")
+    p.add_argument("--tp", type=positive_int, help="tensor-parallel degree N (default 1)")
+    p.add_argument("--pp", type=positive_int, help="pipeline-parallel stages S (default 1)")
     p.add_argument("--quant", help="weight format (default bf16)")
     p.add_argument("--kv-dtype", help="KV cache dtype (default bf16)")
-    p.add_argument("--max-batch", type=_positive_int,
+    p.add_argument("--max-batch", type=positive_int,
                    help=f"slots: most running requests (default {DEFAULT_MAX_BATCH}; "
                         f"timeline {TIMELINE_DEFAULTS['max_batch']})")
     p.add_argument("--rate", type=float, help="Poisson arrival rate [requests/s]")
     p.add_argument("--prompt", help="prompt tokens: N | mean=M,p95=Q | hist=T:W,...")
     p.add_argument("--output", help="output tokens: N | mean=M,p95=Q | hist=T:W,...")
-    p.add_argument("--requests", type=_positive_int,
+    p.add_argument("--requests", type=positive_int,
                    help=f"requests to simulate (default {DEFAULT_REQUESTS}; timeline "
                         f"{TIMELINE_DEFAULTS['requests']})")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--scheduler", choices=SCHEDULERS, help="continuous (default) or static batching")
-    p.add_argument("--chunk-tokens", type=_positive_int,
+    p.add_argument("--chunk-tokens", type=positive_int,
                    help=f"chunked-prefill tokens per iteration (default {DEFAULT_PREFILL_CHUNK_TOKENS})")
     p.add_argument("--warmup-fraction", type=float,
                    help="fraction of first arrivals left out of the statistics "
@@ -94,12 +102,12 @@ def add_simulate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prefix-hit-fraction", type=float,
                    help="share of every prompt served from the prefix cache, in [0, 1) (default 0; the "
                         "problem YAML's prefix_cache_hit_fraction)")
-    _add_efficiency_args(p, calibration=True)
+    add_efficiency_args(p, calibration=True)
     p.add_argument("--rate-per-step", type=float,
                    help=f"timeline: arrivals per decode step (default {TIMELINE_DEFAULTS['rate_per_step']})")
-    p.add_argument("--output-min", type=_positive_int,
+    p.add_argument("--output-min", type=positive_int,
                    help=f"timeline: shortest output (default {TIMELINE_DEFAULTS['output_min']})")
-    p.add_argument("--output-max", type=_positive_int,
+    p.add_argument("--output-max", type=positive_int,
                    help=f"timeline: longest output (default {TIMELINE_DEFAULTS['output_max']})")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_simulate)
@@ -111,13 +119,11 @@ def cmd_simulate(args) -> int:
 
     Raises
     ------
-    planner.cli.UsageError
+    planner.cli.helpers.UsageError
         Missing or conflicting flags.
     PlanningInputError
         Invalid values (one line per problem, each naming its flag).
     """
-    from planner.cli import EXIT_OK, UsageError
-
     other_flags = _REPLICA_FLAGS if args.timeline else _TIMELINE_FLAGS
     conflicting = [flag for dest, flag in other_flags.items() if getattr(args, dest, None) is not None]
     if args.timeline and args.calibration != "default":
@@ -141,9 +147,7 @@ def cmd_simulate(args) -> int:
     if args.json:
         _print_json(result)
     else:
-        from planner.cli import _print_table
-
-        _print_table([(k, result[k]) for k in _REPLICA_TABLE_KEYS if k in result])
+        print_table([(k, result[k]) for k in _REPLICA_TABLE_KEYS if k in result])
     return EXIT_OK
 
 
@@ -152,7 +156,6 @@ def cmd_simulate(args) -> int:
 def _replica(args) -> dict:
     from planner import parameters
     from planner.calculators import _frame, _resolve, check_parallelism, config_params
-    from planner.cli import _catalog, _overrides
     from planner.configs import config_arrays
     from planner.serving import memory
     from planner.simulate import simulate_replica
@@ -182,14 +185,14 @@ def _replica(args) -> dict:
     if problems:
         raise PlanningInputError(problems)
 
-    catalog = _catalog(args)
+    catalog = catalog_from(args)
     tp, pp = args.tp or 1, args.pp or 1
     m, g, q, k = _resolve(catalog, args.model, args.gpu, args.quant or "bf16", args.kv_dtype or "bf16")
     check_parallelism(m, g, tp, pp)
     frame = _frame(m, g, q, k, tp, pp, [settings["max_batch"]], lengths["prompt"].mean,
                    lengths["output"].mean, None)
     arrays, fallback = config_arrays(catalog, frame, models={m.id: m})
-    overrides = _overrides(args)
+    overrides = efficiency_overrides(args)
     cal, params = config_params(catalog, m, g, q, args.calibration, overrides, args.engine)
     budget = float(memory.kv_budget_bytes_per_gpu(arrays, params)[0])
     if not budget > 0:
@@ -202,7 +205,8 @@ def _replica(args) -> dict:
                               seed=args.seed, **settings)
     out = result.to_dict()
     out.update({
-        "model": m.id, "gpu": g.id, "tp": tp, "pp": pp, "gpus": tp * pp, "quantization": q.id,
+        "model": m.id, "gpu": g.id, "tp": tp, "pp": pp, "gpus": gpus_per_replica({"tp": tp, "pp": pp}),
+        "quantization": q.id,
         "kv_cache_dtype": k.id, "prompt": lengths["prompt"].describe(),
         "output": lengths["output"].describe(),
         "prompt_mean_tokens": lengths["prompt"].mean, "output_mean_tokens": lengths["output"].mean,

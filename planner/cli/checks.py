@@ -11,6 +11,7 @@ import argparse
 import math
 
 from planner import limits
+from planner.cli.helpers import catalog_from
 from planner.schema import PlanningInputError
 
 #: Flag -> (lowest, highest) accepted value; None: no bound on that side beyond positivity
@@ -87,9 +88,9 @@ def check_flags(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         problems += flag_problems(action.option_strings[-1] if action.option_strings[-1].startswith("--")
                                   else action.option_strings[0], value)
     if getattr(args, "engine", None) is not None:   # the engines of catalogs/engines.yaml
-        from planner.cli import _catalog
         from planner.problem_checks import check_engine
 
-        problems += [line.replace("serving.engine", "--engine", 1) for line in check_engine(args.engine, _catalog(args))]
+        problems += [line.replace("serving.engine", "--engine", 1)
+                     for line in check_engine(args.engine, catalog_from(args))]
     if problems:
         raise PlanningInputError(problems)

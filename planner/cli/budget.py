@@ -8,6 +8,8 @@ import sys
 
 import pandas as pd
 
+from planner.cli.helpers import catalog_from
+
 #: Files of ``planner budget --out DIR`` besides ``run.json``.
 BUDGET_CSV = {"budget_periods.csv": "periods", "budget_actions.csv": "actions",
               "budget_options.csv": "options", "budget_breakeven.csv": "breakeven",
@@ -16,7 +18,7 @@ SHEETS = {"Options": "options", "Periods": "periods", "Actions": "actions", "Bre
           "Sensitivity": "sensitivity", "Assumptions": "assumptions"}
 
 
-def add_budget_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``planner budget PROBLEM.yaml [--out DIR] [--json]``."""
     p = subparsers.add_parser("budget", help="budget proposal: plan per quarter under growth, rent vs buy")
     p.add_argument("problem", help="problem YAML with a procurement: section")
@@ -245,7 +247,6 @@ def risk_figure(risk):
 def cmd_budget(args) -> int:
     """Run ``planner budget``; exit 0, or 3 when some period has no plan."""
     from planner import jsonio
-    from planner.catalog import load_catalog
     from planner.outputs.writer import check_out_dir, file_sha256, write_files
     from planner.problem import load_problem
     from planner.procurement import budget, parse_procurement
@@ -259,7 +260,7 @@ def cmd_budget(args) -> int:
         bad.append("--ray-address: needs --executor ray")
     if bad:
         raise PlanningInputError(bad)
-    problem = load_problem(args.problem, load_catalog(getattr(args, "catalog_dir", None)))
+    problem = load_problem(args.problem, catalog_from(args))
     spec = parse_procurement(problem)
     if args.out:
         check_out_dir(args.out)

@@ -1,0 +1,286 @@
+"""The configuration dimensions, declared once.
+
+A configuration (one candidate of the search) has one value per dimension of
+:data:`DIMENSIONS`: model, GPU type, tensor- and pipeline-parallel degrees, weight format,
+KV-cache dtype and max batch (slots per replica). This module is the only code that knows
+them: candidate ids (:func:`candidate_ids`), the configuration labels of the outputs
+(:func:`label`), the configuration columns of plans (:data:`NAMES`, :data:`SETTINGS`) and
+the derived quantities (:func:`gpus_per_replica`, :data:`DERIVED`) come from here.
+
+Adding a dimension is one entry of :data:`DIMENSIONS`. Give it a ``default`` (the value
+every configuration had before it existed): a configuration at the default contributes
+nothing to its id or labels, so existing ids and outputs stay the same, and a frame
+without the column reads as the default.
+
+Label styles (each dimension's ``labels`` maps a style to a format whose ``{}`` is the
+value, leading separator included; a dimension without a format for a style is not shown):
+
+- ``pareto``: the ``deployments`` column of ``pareto.csv``, after the replica count
+  (``h100-sxm tp4 pp1 fp8/bf16 b64``);
+- ``table``: the configuration column of the report's tables (``tp4 pp1 fp8/kv-bf16 b64``);
+- ``text``: ``planner solve``'s text output (``tp4 pp1 fp8/kv-bf16 max_batch 64``);
+- ``launch``: the deployment list of ``launch/README.md``
+  (``llama-3.1-70b fp8/kv-bf16, max batch 64``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+#: The label styles (see the module docstring).
+STYLES = ("pareto", "table", "text", "launch")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One dimension of a configuration.
+
+    ``name`` is its column in the candidate and plan tables and its key in the JSON result;
+    ``dtype`` the Python type of one value; ``labels`` its format per label style;
+    ``searched`` the values a problem searches (a function of the loaded
+    :class:`planner.problem.Problem`; None for the model, which the search takes per
+    workload model; see :func:`search_values`) and ``noun`` what they are called in
+    messages ("4 tp");
+    ``default`` the value configurations had before the dimension existed (None: none,
+    the dimension is always part of the id and the labels).
+    """
+
+    name: str
+    dtype: type
+    labels: Mapping[str, str]
+    doc: str
+    searched: Callable[[Any], Sequence] | None = None
+    noun: str = ""
+    default: Any = None
+
+    def value(self, raw) -> Any:
+        """``raw`` as this dimension's Python type; None for a missing value (None or NaN)."""
+        if raw is None or (isinstance(raw, float) and math.isnan(raw)):
+            return None
+        return self.dtype(raw)
+
+    def is_default(self, raw) -> bool:
+        """Whether ``raw`` is the default (or missing) value of a dimension that has a default."""
+        value = self.value(raw)
+        return self.default is not None and (value is None or value == self.default)
+
+    def label(self, raw, style: str) -> str:
+        """This dimension's part of a ``style`` label ('' when not shown)."""
+        if style not in STYLES:
+            raise ValueError(f"unknown label style '{style}', expected one of {STYLES}")
+        fmt = self.labels.get(style)
+        if fmt is None or self.is_default(raw):
+            return ""
+        return fmt.format(self.value(raw))
+
+
+#: Every dimension of a configuration, in canonical order (ids hash them in this order,
+#: the candidate grid and the plan tables list them in this order).
+DIMENSIONS: tuple[Dimension, ...] = (
+    Dimension("model", str, {"launch": "{}"},
+              doc="model id (catalogs/models.yaml or an imported config)", noun="model(s)"),
+    Dimension("gpu", str, {"pareto": "{}"},
+              doc="GPU type id (catalogs/gpus.yaml)", searched=lambda p: p.gpus, noun="GPUs"),
+    Dimension("tp", int, {"pareto": " tp{}", "table": " tp{}", "text": " tp{}"},
+              doc="tensor-parallel degree (GPUs per pipeline stage)",
+              searched=lambda p: p.spec.search.tp, noun="tp"),
+    Dimension("pp", int, {"pareto": " pp{}", "table": " pp{}", "text": " pp{}"},
+              doc="pipeline-parallel degree (stages per replica)",
+              searched=lambda p: p.spec.search.pp, noun="pp"),
+    Dimension("quantization", str, {"pareto": " {}", "table": " {}", "text": " {}", "launch": " {}"},
+              doc="weight format id (catalogs/quantization.yaml)",
+              searched=lambda p: p.quantization, noun="formats"),
+    Dimension("kv_cache_dtype", str, {"pareto": "/{}", "table": "/kv-{}", "text": "/kv-{}", "launch": "/kv-{}"},
+              doc="KV-cache dtype id (catalogs/quantization.yaml)",
+              searched=lambda p: p.kv_cache_dtypes, noun="KV dtypes"),
+    Dimension("max_batch", int, {"pareto": " b{}", "table": " b{}", "text": " max_batch {}",
+                                 "launch": ", max batch {}"},
+              doc="max batch: concurrent sequences (slots) per replica",
+              searched=lambda p: p.spec.search.max_batch, noun="batch sizes"),
+)
+
+#: Names of every dimension, in canonical order (the configuration key).
+NAMES: tuple[str, ...] = tuple(d.name for d in DIMENSIONS)
+#: The dimensions a deployment sets besides its model and GPU type, in canonical order.
+SETTINGS: tuple[str, ...] = tuple(n for n in NAMES if n not in ("model", "gpu"))
+
+_BY_NAME = {d.name: d for d in DIMENSIONS}
+
+
+def dimension(name: str) -> Dimension:
+    """The declared dimension called ``name``."""
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"unknown configuration dimension '{name}', expected one of {NAMES}") from None
+
+
+def value_of(config, name: str):
+    """Dimension ``name`` of a configuration: a DataFrame (the column), Series or mapping (by
+    key), or any object with attributes (ConfigArrays, a dataclass, an ``itertuples`` row).
+    Absent: the dimension's default; absent without a default: KeyError."""
+    if isinstance(config, (pd.DataFrame, pd.Series, Mapping)):
+        keys = config.columns if isinstance(config, pd.DataFrame) else config.keys()
+        if name in keys:
+            return config[name]
+    elif hasattr(config, name):
+        return getattr(config, name)
+    default = dimension(name).default
+    if default is None:
+        raise KeyError(f"the configuration has no '{name}' ({type(config).__name__})")
+    return default
+
+
+# ----------------------------------------------------------------------------- search
+
+
+def search_values(problem) -> dict[str, Sequence]:
+    """The values ``problem`` searches per dimension (all but the model, which the search
+    takes from the workloads one at a time), in canonical order. A dimension with a default
+    whose ``searched`` gives None is left out: the problem does not search it, its column
+    stays out of the grid and reads as the default."""
+    values = {d.name: d.searched(problem) for d in DIMENSIONS if d.searched is not None}
+    return {n: v for n, v in values.items() if v is not None or dimension(n).default is None}
+
+
+def grid_description(problem, models: int) -> tuple[int, str]:
+    """``(size, text)`` of the search grid of ``models`` models: its number of configurations
+    and a text such as "1 model(s) x 4 GPUs x 3 tp x ... x 9 batch sizes"."""
+    values = search_values(problem)
+    size = models * math.prod(len(v) for v in values.values())
+    parts = [f"{models} {dimension('model').noun}",
+             *(f"{len(v)} {dimension(n).noun}" for n, v in values.items())]
+    return size, " x ".join(parts)
+
+
+# ----------------------------------------------------------------------------- derived
+
+
+def gpus_per_replica(config):
+    """GPUs of one replica: tp x pp. ``config``: a frame, row, mapping or object with the
+    dimensions; scalars give a scalar, columns / arrays give the elementwise product."""
+    return value_of(config, "tp") * value_of(config, "pp")
+
+
+#: Derived columns of the candidate table: name -> function of a configuration frame.
+DERIVED: dict[str, Callable] = {"gpus": gpus_per_replica}
+
+
+# ----------------------------------------------------------------------------- labels
+
+
+def label(config, style: str) -> str:
+    """The configuration's label in ``style`` (see the module docstring); ``config`` is a
+    mapping, Series or object with the dimensions (:func:`value_of`)."""
+    return "".join(d.label(value_of(config, d.name), style) for d in DIMENSIONS).lstrip()
+
+
+def has_settings(config) -> bool:
+    """Whether ``config`` (a mapping, Series, or a frame's columns) carries the settings of a
+    configuration: measured capacity-table candidates have only a name and a GPU type."""
+    keys = config.columns if isinstance(config, pd.DataFrame) else config
+    return all(n in keys for n in SETTINGS if dimension(n).default is None)
+
+
+# ----------------------------------------------------------------------------- ids
+
+
+#: Multiplier of the id hash's column mixing (64-bit, odd; from splitmix64).
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+#: Hex digits of a candidate id after its "c" prefix.
+ID_HEX_DIGITS = 12
+
+
+def _value_hash(value: str) -> int:
+    return int.from_bytes(hashlib.sha1(value.encode()).digest()[:8], "little")
+
+
+def candidate_ids(frame: pd.DataFrame) -> pd.Series:
+    """Stable id per configuration: "c" and 12 hex digits of a 64-bit hash of its key.
+
+    Each dimension's value ``name=value`` is hashed with SHA-1 (once per distinct value)
+    and the dimensions are mixed in canonical order with a splitmix64-style step, all
+    vectorized; the same configuration gets the same id in every run, on every machine.
+    A dimension at its default (or absent from ``frame``) is skipped, so adding a
+    dimension with a default keeps every existing id.
+    """
+    h = np.zeros(len(frame), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for d in DIMENSIONS:
+            if d.name not in frame.columns:
+                if d.default is None:
+                    raise KeyError(f"candidate_ids: the frame has no column '{d.name}'")
+                continue
+            codes, uniques = pd.factorize(frame[d.name].astype(str))
+            values = np.array([_value_hash(f"{d.name}={u}") for u in uniques], dtype=np.uint64)
+            mixed = (h ^ values[codes]) * _MIX
+            mixed ^= mixed >> np.uint64(31)
+            if d.default is None:
+                h = mixed
+            else:
+                h = np.where(frame[d.name].map(d.is_default).to_numpy(bool), h, mixed)
+    hex_ids = np.char.mod("%016x", h).astype(f"<U{ID_HEX_DIGITS}")
+    return pd.Series(np.char.add("c", hex_ids), index=frame.index)
+
+
+# ----------------------------------------------------------------------------- table
+
+
+@dataclass(frozen=True)
+class CandidateTable:
+    """Configurations, one row each: the dimension columns (plus any evaluated columns).
+
+    A thin typed wrapper of the candidates DataFrame; ``frame`` is the DataFrame itself.
+    """
+
+    frame: pd.DataFrame
+
+    @classmethod
+    def grid(cls, values: Mapping[str, Sequence]) -> CandidateTable:
+        """Every combination of ``values`` (dimension name -> values searched), in canonical
+        order (the last dimension varies fastest). Dimensions with a default may be left out
+        (their column is then absent and reads as the default)."""
+        unknown = [n for n in values if n not in _BY_NAME]
+        missing = [d.name for d in DIMENSIONS if d.name not in values and d.default is None]
+        if unknown or missing:
+            raise KeyError(f"CandidateTable.grid: unknown dimensions {unknown}, missing {missing}")
+        names = [n for n in NAMES if n in values]
+        rows = itertools.product(*(values[n] for n in names))
+        return cls(pd.DataFrame(list(rows), columns=names))
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def take(self, rows) -> CandidateTable:
+        """The configurations at positions ``rows`` (an integer array or boolean mask)."""
+        return CandidateTable(self.frame.iloc[np.asarray(rows)])
+
+    def ids(self) -> pd.Series:
+        """:func:`candidate_ids` of the rows."""
+        return candidate_ids(self.frame)
+
+    def labels(self, style: str) -> list[str]:
+        """:func:`label` of each row."""
+        return [label(row, style) for _, row in self.frame.iterrows()]
+
+    def with_derived(self) -> CandidateTable:
+        """The table with the :data:`DERIVED` columns (after the existing ones)."""
+        return CandidateTable(self.frame.assign(**{name: f(self.frame) for name, f in DERIVED.items()}))
+
+    def factorize(self, names: Sequence[str]) -> tuple[np.ndarray, pd.DataFrame]:
+        """``(codes, uniques)``: one integer per row, equal for rows with equal values of the
+        dimensions ``names`` (numbered in order of first appearance), and the distinct value
+        combinations (one row per code, columns ``names`` present in the table)."""
+        present = [n for n in names if n in self.frame.columns]
+        for n in names:
+            if n not in present and dimension(n).default is None:
+                raise KeyError(f"factorize: the table has no column '{n}'")
+        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(self.frame[present]))
+        return codes, pd.DataFrame(uniques.tolist(), columns=present)
