@@ -151,12 +151,14 @@ def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_
                  max_batch: int, rate_per_s: float, seed: int, scheduler: str = "continuous",
                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
                  warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
-                 prefix_hit_fraction=0.0) -> SimulationResult:
+                 prefix_hit_fraction=0.0, prefilled: bool = False) -> SimulationResult:
     """Run given requests (sorted arrival times [s], prompt and output tokens) through one replica.
 
     :func:`simulate_replica` draws them from one traffic class; :mod:`planner.verify` from a
     routed mix of classes. ``rate_per_s`` and ``seed`` are recorded in the result;
-    ``prefix_hit_fraction`` (a number, or one per request) as in :func:`simulate_replica`. Raises
+    ``prefix_hit_fraction`` (a number, or one per request) as in :func:`simulate_replica`;
+    ``prefilled``: the requests arrive with their KV and first token (a disaggregated decode
+    replica, :mod:`planner.simulate_pd`): no prefill, admission starts o - 1 decodes. Raises
     ``ValueError`` for more than one configuration or weights that leave no KV budget.
     """
     if np.size(arrays.tp) != 1:
@@ -175,7 +177,7 @@ def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_
     window = (float(arrival[first_measured]), float(arrival[-1]))
     steps = StepTimes(arrays, params)
     missed = 1.0 - np.asarray(prefix_hit_fraction, dtype=float)
-    computed = np.maximum(np.floor(missed * prompt_tokens + 0.5), 1)
+    computed = np.maximum(np.floor(missed * prompt_tokens + 0.5), 1) * (not prefilled)
     sim = Replica(steps, arrival.tolist(), prompt_tokens.tolist(), output_tokens.tolist(),
                   kv_bytes.tolist(), int(math.floor(budget)), int(max_batch), window,
                   prefill=np.broadcast_to(computed, (requests,)).astype(np.int64).tolist())
