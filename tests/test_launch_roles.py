@@ -46,6 +46,7 @@ def test_role_fields_defaults_and_errors():
     assert not RoleSettings().active and RoleSettings().pool_id == launch_roles.DEFAULT_POOL
     nan_fields = pd.Series({"tp": 8, "ep": float("nan"), "role": None, "pool": float("nan")})
     assert launch_roles.role_settings(nan_fields) == RoleSettings()   # columns of a mixed plan
+    assert launch_roles.role_settings(pd.Series({"tp": 8, "role": "decode", "pool": 3.0})).pool == "3"
     assert launch_roles.role_settings({"tp": 8}, gpu=type("G", (), {"gpus_per_node": 4})()).gpus_per_node == 4
     for fields, needle in [({"tp": 8, "ep": 3}, "'ep' (3) must divide 'tp' (8)"), ({"tp": 8, "ep": 0}, "'ep'"),
                            ({"tp": 8, "role": "encode"}, "'role'"), ({"tp": 8, "attention_dp": "yes"}, "'attention_dp'")]:
@@ -211,3 +212,12 @@ def test_disaggregated_plan_tree(ds_result, tmp_path):
     # a pool with a prefill part only has no router
     lonely = launch_pools.launch_files(_with_deployments(ds_result, [PREFILL]))
     assert not any(p.startswith("pool-ds/") for p in lonely) and "no router" in lonely["README.md"]
+
+
+def test_solve_out_writes_the_pools(ds_result):
+    """``planner solve --out`` writes its launch tree through launch_pools (writer.solve_files)."""
+    from planner.outputs.writer import solve_files
+
+    files, _ = solve_files(_with_deployments(ds_result, [PREFILL, DECODE]))
+    assert {"launch/pool-ds/router.yaml", "launch/pool-ds/router.sh"} <= set(files)
+    assert "## Prefill/decode pools" in files["launch/README.md"]

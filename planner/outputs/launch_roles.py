@@ -101,6 +101,8 @@ def role_settings(deployment, gpu=None) -> RoleSettings:
     if role not in ROLES:
         raise ValueError(f"deployment field 'role' must be one of {', '.join(ROLES)}, got {role!r}")
     pool = _field(deployment, "pool", None)
+    if isinstance(pool, float) and pool.is_integer():  # an integer id in a column with gaps
+        pool = int(pool)
     per_node = getattr(gpu, "gpus_per_node", None) or DEFAULT_GPUS_PER_NODE
     return RoleSettings(ep=ep, attention_dp=bool(attention_dp), role=role,
                         pool=None if pool is None else str(pool), gpus_per_node=int(per_node))
