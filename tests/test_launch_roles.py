@@ -136,6 +136,19 @@ def test_sglang_manifest_of_a_two_node_decode_replica():
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 8}
 
 
+def test_pool_peers():
+    pre, dec = ds_settings(PREFILL), ds_settings(DECODE)
+    assert launch_roles.pool_peers([pre, dec]) == {0: {"decode_tp": 16, "decode_dp": 1}}
+    same = ds_settings({**DECODE, "tp": 8, "ep": 8, "attention_dp": True})   # the prefill's own layout
+    assert launch_roles.pool_peers([pre, same]) == {}
+    pp2 = ds_settings({**PREFILL, "tp": 4, "pp": 2, "ep": 4})
+    assert launch_roles.pool_peers([pp2, same])[1] == {"prefill_pp": 2}
+    other = ds_settings({**DECODE, "tp": 8, "ep": 8})
+    assert 0 not in launch_roles.pool_peers([pre, dec, other])    # two decode layouts: not told
+    flags = flags_of(dataclasses.replace(dec, roles=dataclasses.replace(dec.roles, prefill_pp=2)), "sglang")
+    assert flags["--disaggregation-prefill-pp"] == "2"
+
+
 def test_router_arguments():
     assert k8s_roles.router_args("ds") == [
         "--pd-disaggregation", "--service-discovery",
@@ -196,6 +209,12 @@ def test_disaggregated_plan_tree(ds_result, tmp_path):
     pre, dec = sorted({p.split("/")[0] for p in files if p.startswith("0")})
     assert pre.startswith("01-deepseek-v3-h200-sxm") and dec.startswith("02-deepseek-v3-h200-sxm")
     assert "--disaggregation-mode prefill" in files[f"{pre}/sglang.sh"]
+    # the prefill servers are told the decode layout (TP 16, no attention DP) where it differs
+    assert "--disaggregation-decode-tp 16" in files[f"{pre}/sglang.sh"]
+    assert "--disaggregation-decode-dp 1" in files[f"{pre}/sglang.sh"]
+    args = next(yaml.safe_load_all(files[f"{pre}/deployment.yaml"]))["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--disaggregation-decode-tp") + 1] == "16"
+    assert "--disaggregation-prefill-pp" not in files[f"{dec}/sglang.sh"]
     assert "--disaggregation-mode decode" in files[f"{dec}/sglang.sh"]
     assert set(files) >= {"pool-ds/router.sh", "pool-ds/router.yaml", "pool-ds/trtllm-disagg.yaml",
                           "pool-ds/trtllm-disagg.sh"}

@@ -6,6 +6,8 @@ role"). Plans without prefill/decode deployments get exactly ``launch.launch_fil
 
 from __future__ import annotations
 
+import dataclasses
+
 import yaml
 
 from planner.outputs import k8s_roles, launch, launch_roles
@@ -17,13 +19,27 @@ TRTLLM_DISAGG_COMMAND = "exec trtllm-serve disaggregated"
 
 
 def _plan_roles(result):
-    """(folder, LaunchSettings) of every deployment of plan #1, or [] without one."""
+    """(index, folder, LaunchSettings) of every deployment of plan #1, or [] without one."""
     plan = result.best
     if plan is None or "tp" not in plan.deployments.columns or "role" not in plan.deployments.columns:
         return []
-    return [(launch.deployment_folder(i, dep),
+    return [(i, launch.deployment_folder(i, dep),
              launch.launch_settings(result.problem, result.candidates, dep, plan.routing, index=i))
             for i, (_, dep) in enumerate(plan.deployments.iterrows(), start=1)]
+
+
+def _with_peers(files: dict, members: list) -> list:
+    """``members`` ((index, folder, settings) of one pool) with the SGLang peer fields set
+    (:func:`launch_roles.pool_peers`); their ``sglang.sh`` is written again where they change."""
+    peers = launch_roles.pool_peers([s for _, _, s in members])
+    out = []
+    for k, (i, sub, s) in enumerate(members):
+        if k in peers:
+            s = dataclasses.replace(s, roles=dataclasses.replace(s.roles, **peers[k]))
+            if f"{sub}/sglang.sh" in files:
+                files[f"{sub}/sglang.sh"] = launch.shell_script(s, "sglang", f"Plan #1, deployment {i}.")
+        out.append((i, sub, s))
+    return out
 
 
 def router_script(pool: str, members) -> str:
@@ -90,6 +106,10 @@ def pool_files(problem_name: str, pool: str, members) -> tuple[dict[str, str], l
     if roles != {"prefill", "decode"}:
         missing = ({"prefill", "decode"} - roles).pop()
         return {}, readme + [f"  - no router: the pool has no {missing} deployment"]
+    settings = [s for _, s in members]
+    if len(launch_roles.pool_layouts(settings, "decode")) > 1:
+        readme.append("  - decode deployments of several TP/DP layouts: the SGLang prefill servers are not told "
+                      "one (`--disaggregation-decode-tp/-dp`); check that your SGLang version negotiates it")
     files: dict[str, str] = {}
     engines = {e for e in ("sglang", "trtllm") if all(not launch.unsupported_reason(s, e) for _, s in members)}
     if "sglang" in engines:
@@ -111,14 +131,16 @@ def launch_files(result) -> dict[str, str]:
     ``deployment.yaml`` for prefill/decode deployments and one folder per pool."""
     files = launch.launch_files(result)
     pools: dict[str, list] = {}
-    for sub, s in _plan_roles(result):
-        if not s.roles.disaggregated:
-            continue
-        pools.setdefault(s.roles.pool_id, []).append((sub, s))
-        if not launch.unsupported_reason(s, "sglang"):
-            files[f"{sub}/deployment.yaml"] = k8s_roles.sglang_manifest(s)
+    for i, sub, s in _plan_roles(result):
+        if s.roles.disaggregated:
+            pools.setdefault(s.roles.pool_id, []).append((i, sub, s))
     if not pools:
         return files
+    for pool in pools:
+        pools[pool] = [(sub, s) for _, sub, s in _with_peers(files, pools[pool])]
+        for sub, s in pools[pool]:
+            if not launch.unsupported_reason(s, "sglang"):
+                files[f"{sub}/deployment.yaml"] = k8s_roles.sglang_manifest(s)
     readme = ["", "## Prefill/decode pools", "",
               "Prefill and decode deployments run SGLang in their `deployment.yaml` (with "
               "`--disaggregation-mode`); each pool has a folder with its router:", ""]

@@ -57,6 +57,12 @@ class RoleSettings:
     role: str = "both"
     pool: str | None = None
     gpus_per_node: int = DEFAULT_GPUS_PER_NODE
+    #: The other part of the pool, where SGLang needs it and it differs from this server's own
+    #: layout (set per pool by ``launch_pools``): decode TP / DP size on a prefill server,
+    #: prefill PP size on a decode server.
+    decode_tp: int | None = None
+    decode_dp: int | None = None
+    prefill_pp: int | None = None
 
     @property
     def active(self) -> bool:
@@ -106,6 +112,38 @@ def role_settings(deployment, gpu=None) -> RoleSettings:
     per_node = getattr(gpu, "gpus_per_node", None) or DEFAULT_GPUS_PER_NODE
     return RoleSettings(ep=ep, attention_dp=bool(attention_dp), role=role,
                         pool=None if pool is None else str(pool), gpus_per_node=int(per_node))
+
+
+def attention_dp_size(s) -> int:
+    """Attention data-parallel ranks of a replica: ``tp`` with attention DP, else 1."""
+    return s.tp if s.roles.attention_dp else 1
+
+
+def pool_peers(members) -> dict[int, dict]:
+    """Per member (position in ``members``, a pool's settings): the peer fields SGLang needs,
+    where the pool's other part has one layout that differs from the member's own (several
+    layouts: none, see :func:`pool_layouts`)."""
+    decode = pool_layouts(members, "decode")
+    prefill_pp = {s.pp for s in members if s.roles.role == "prefill"}
+    out: dict[int, dict] = {}
+    for k, s in enumerate(members):
+        fields: dict = {}
+        if s.roles.role == "prefill" and len(decode) == 1:
+            tp, dp = next(iter(decode))
+            if tp != s.tp:
+                fields["decode_tp"] = tp
+            if dp != attention_dp_size(s):
+                fields["decode_dp"] = dp
+        if s.roles.role == "decode" and len(prefill_pp) == 1 and next(iter(prefill_pp)) != 1:
+            fields["prefill_pp"] = next(iter(prefill_pp))
+        if fields:
+            out[k] = fields
+    return out
+
+
+def pool_layouts(members, role: str) -> set[tuple[int, int]]:
+    """The (tp, attention DP size) layouts of a pool's ``role`` deployments."""
+    return {(s.tp, attention_dp_size(s)) for s in members if s.roles.role == role}
 
 
 def nodes(s) -> int:
@@ -159,6 +197,9 @@ def engine_role_args(s, engine: str, args: list[tuple[str, object]]) -> list[tup
                       ("--disaggregation-transfer-backend", SGLANG_TRANSFER_BACKEND)]
             if r.role == "prefill":
                 extra.append(("--disaggregation-bootstrap-port", SGLANG_BOOTSTRAP_PORT))
+            peers = [("--disaggregation-decode-tp", r.decode_tp), ("--disaggregation-decode-dp", r.decode_dp),
+                     ("--disaggregation-prefill-pp", r.prefill_pp)]
+            extra += [(f, v) for f, v in peers if v is not None]
         if nodes(s) > 1:
             extra.append(("--nnodes", nodes(s)))
     elif engine == "trtllm":
