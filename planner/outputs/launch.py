@@ -13,15 +13,15 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import pandas as pd
 import yaml
 
 from planner.outputs import launch_roles
+from planner.outputs.flag_lists import (  # noqa: F401  (re-exported: launch.flag_list, ...)
+    FLAG_DIR, engine_version, flag_list, flag_list_header, used_flags)
 
 ENGINES = ("vllm", "sglang", "trtllm")
-FLAG_DIR = Path(__file__).resolve().parent / "engine_flags"
 #: max model length covers this quantile of prompt + output tokens of the served workloads.
 MAX_LEN_QUANTILE = 0.999
 #: ... rounded up to a multiple of this many tokens, and capped at the model's context.
@@ -63,44 +63,6 @@ HF_CACHE_PATH = "/root/.cache/huggingface"
 #: example at docs.vllm.ai/en/latest/deployment/frameworks/lws.html.
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-
-
-@cache
-def flag_list(engine: str) -> frozenset[str]:
-    """The documented flags of an engine (``engine_flags/<engine>.txt``)."""
-    lines = (FLAG_DIR / f"{engine}.txt").read_text(encoding="utf-8").splitlines()
-    return frozenset(s for s in (line.strip() for line in lines) if s.startswith("--"))
-
-
-@cache
-def flag_list_header(engine: str) -> tuple[str, ...]:
-    """The header comment of an engine's flag list: version and citation lines."""
-    lines = (FLAG_DIR / f"{engine}.txt").read_text(encoding="utf-8").splitlines()
-    out = []
-    for line in lines:
-        if not line.startswith("#"):
-            break
-        out.append(line.lstrip("# ").rstrip())
-    return tuple(out)
-
-
-def engine_version(engine: str) -> str:
-    """The ``Engine version:`` line of an engine's flag list."""
-    for line in flag_list_header(engine):
-        if line.startswith("Engine version:"):
-            return line.removeprefix("Engine version:").strip()
-    return "unknown"
-
-
-def used_flags(script: str) -> list[str]:
-    """Flags (``--name``) a generated script or command passes, comments excluded."""
-    flags = []
-    for line in script.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        tokens = shlex.split(line.rstrip().removesuffix("\\"), comments=True)
-        flags += [t.split("=", 1)[0] for t in tokens if t.startswith("--")]
-    return flags
 
 
 @cache
