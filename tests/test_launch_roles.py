@@ -240,3 +240,37 @@ def test_solve_out_writes_the_pools(ds_result):
     files, _ = solve_files(_with_deployments(ds_result, [PREFILL, DECODE]))
     assert {"launch/pool-ds/router.yaml", "launch/pool-ds/router.sh"} <= set(files)
     assert "## Prefill/decode pools" in files["launch/README.md"]
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_multi_node_and_router_scripts_run(tmp_path):
+    """The decode script (2 nodes) and the router script, run by bash with stub engines."""
+    from test_launch_injection import STUB
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python").write_text(STUB)
+    (bin_dir / "python").chmod(0o755)
+
+    def run(text: str, **env) -> tuple[int, list[str], str]:
+        script, log = tmp_path / "s.sh", tmp_path / "stub.log"
+        script.write_text(text)
+        log.unlink(missing_ok=True)
+        proc = subprocess.run(["bash", str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                              env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STUB_LOG": str(log), **env})
+        return proc.returncode, (log.read_text().split("\0")[:-1] if log.exists() else []), proc.stderr
+
+    decode = shell_script(ds_settings(DECODE), "sglang")
+    rc, argv, err = run(decode, MODEL="m")
+    assert rc != 0 and argv == [] and "NODE_RANK" in err
+    rc, argv, err = run(decode, MODEL="m", NODE_RANK="1", DIST_INIT_ADDR="node0:20000")
+    assert rc == 0, err
+    assert argv[argv.index("--node-rank") + 1] == "1" and argv[argv.index("--dist-init-addr") + 1] == "node0:20000"
+    assert argv[argv.index("--nnodes") + 1] == "2" and argv[argv.index("--disaggregation-mode") + 1] == "decode"
+    router = launch_pools.router_script("ds", [("01", ds_settings(PREFILL)), ("02", ds_settings(DECODE))])
+    rc, argv, err = run(router, PREFILL_URLS="http://p0:8000 http://p1:8000", DECODE_URLS="http://d0:8000")
+    assert rc == 0, err
+    assert argv == ["python", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+                    "--prefill", "http://p0:8000", "8998", "--prefill", "http://p1:8000", "8998",
+                    "--decode", "http://d0:8000", "--host", "0.0.0.0", "--port", "8000"]
+    assert run(router, PREFILL_URLS="http://p0:8000")[0] != 0       # no decode servers: refuses
