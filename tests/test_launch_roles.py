@@ -75,6 +75,8 @@ def test_sglang_flags_per_role():
 def test_vllm_flags_per_role():
     a = flags_of(ds_settings(PREFILL), "vllm")
     assert (a["--tensor-parallel-size"], a["--data-parallel-size"]) == ("1", "8")   # attention DP: DP 8 x TP 1
+    assert a["--max-num-seqs"] == "8"          # 64 sequences per replica = 8 per DP rank (vLLM counts per rank)
+    assert flags_of(ds_settings(PREFILL), "sglang")["--max-running-requests"] == "64"
     assert "--enable-expert-parallel" in a and a["--enable-expert-parallel"] is None
     assert a["--kv-transfer-config"] == '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
     b = flags_of(ds_settings(DECODE), "vllm")

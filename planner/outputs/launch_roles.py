@@ -174,8 +174,10 @@ def engine_role_args(s, engine: str, args: list[tuple[str, object]]) -> list[tup
         return args
     if engine == "vllm":
         extra: list[tuple[str, object]] = []
-        if r.attention_dp:  # attention DP: tp DP ranks of TP 1 (EP/TP group = TP x DP = tp)
-            args = [(f, 1 if f == "--tensor-parallel-size" else v) for f, v in args]
+        if r.attention_dp:  # attention DP: tp DP ranks of TP 1 (EP/TP group = TP x DP = tp);
+            # --max-num-seqs applies per DP rank (docs/serving/data_parallel_deployment.md)
+            per_rank = {"--tensor-parallel-size": 1, "--max-num-seqs": math.ceil(s.max_num_seqs / s.tp)}
+            args = [(f, per_rank.get(f, v)) for f, v in args]
             extra.append(("--data-parallel-size", s.tp))
             if nodes(s) > 1:  # one Ray-backed DP group over the nodes (the LWS / Ray cluster)
                 extra += [("--data-parallel-size-local", min(s.tp, max(1, r.gpus_per_node // s.pp))),
