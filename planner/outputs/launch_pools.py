@@ -24,7 +24,8 @@ def _plan_roles(result):
     if plan is None or "tp" not in plan.deployments.columns or "role" not in plan.deployments.columns:
         return []
     return [(i, launch.deployment_folder(i, dep),
-             launch.launch_settings(result.problem, result.candidates, dep, plan.routing, index=i))
+             launch.launch_settings(result.problem, result.candidates, dep, plan.routing, index=i,
+                                    params=result.params.base))
             for i, (_, dep) in enumerate(plan.deployments.iterrows(), start=1)]
 
 
