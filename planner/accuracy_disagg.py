@@ -31,8 +31,8 @@ MS_PER_S = 1000.0
 #: The layout columns :func:`disagg_layouts` adds: worker counts, GPUs per pipeline stage
 #: (``tp``, attention-DP ranks included), pipeline stages, attention-DP ranks and max batch
 #: per worker (NaN where not recorded), for the prefill (``p_``) and decode (``d_``) pools.
-LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp", "d_workers", "d_tp", "d_pp", "d_attention_dp",
-                  "d_batch")
+LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp",
+                  "d_workers", "d_tp", "d_pp", "d_attention_dp", "d_batch")
 
 _AIC = (r"prefill workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=\d+ batch=\d+; "
         r"decode workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=\d+ batch=(\d+)")
@@ -102,10 +102,12 @@ def prepare_disagg_rows(df: pd.DataFrame, catalog) -> tuple[pd.DataFrame, pd.Dat
     rows, skipped = prepare_rows(sub.assign(mode="agg", num_gpus=np.nan, ep=np.nan), catalog)
     rows = rows.merge(layout.assign(id=sub["id"]), on="id", how="left")
     bad = rows["layout_problem"].ne("")
-    skipped = pd.concat([skipped, pd.DataFrame({"id": rows.loc[bad, "id"], "metric": rows.loc[bad, "metric"],
-                                                "reason": rows.loc[bad, "layout_problem"]})], ignore_index=True)
+    contradicted = pd.DataFrame({"id": rows.loc[bad, "id"], "metric": rows.loc[bad, "metric"],
+                                 "reason": rows.loc[bad, "layout_problem"]})
+    skipped = pd.concat([skipped, contradicted], ignore_index=True)
     rows = rows[~bad].reset_index(drop=True)
-    rows["gpus_total"] = rows["p_workers"] * rows["p_tp"] * rows["p_pp"] + rows["d_workers"] * rows["d_tp"] * rows["d_pp"]
+    rows["gpus_total"] = (rows["p_workers"] * rows["p_tp"] * rows["p_pp"]
+                          + rows["d_workers"] * rows["d_tp"] * rows["d_pp"])
     rows["family"] = rows["quantity"].map(FAMILIES)
     return rows, skipped, int(has.sum())
 
@@ -124,7 +126,8 @@ def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
 
 
 def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,
-                   decode_workers, decode_slots, transfer_s, prompt, output, first_wave_weight, quantile) -> dict:
+                   decode_workers, decode_slots, transfer_s, prompt, output, first_wave_weight,
+                   quantile) -> dict:
     """TPOT, TTFT (mean or ``quantile``) and rate of ``users`` closed-loop users on a P/D pair.
 
     Notes
@@ -227,7 +230,8 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
         values = {"ttft": ttft * MS_PER_S, "tpot": res["tpot_s"] * MS_PER_S,
                   "e2e": (ttft + np.maximum(output - 1.0, 0.0) * res["tpot_s"]) * MS_PER_S,
                   "out_total": rate * output, "out_per_gpu": rate * output / r["gpus_total"].to_numpy(float),
-                  "out_per_user": 1.0 / res["tpot_s"], "total_total": rate * (prompt + output), "req_rate": rate}
+                  "out_per_user": 1.0 / res["tpot_s"], "total_total": rate * (prompt + output),
+                  "req_rate": rate}
     quantity = r["quantity"].to_numpy()
     out = np.full(len(r), np.nan)
     for name, v in values.items():
@@ -240,7 +244,8 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     return pred
 
 
-def score_disagg_rows(catalog, measurements: pd.DataFrame, calibration=None) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def score_disagg_rows(catalog, measurements: pd.DataFrame,
+                      calibration=None) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """``(scored, skipped, recorded)``: the predicted rows with ``prediction`` and ``ape_pct``,
     the unpredicted ones with a reason, and the number of rows with a recorded layout."""
     rows, skipped, recorded = prepare_disagg_rows(measurements, catalog)

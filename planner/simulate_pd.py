@@ -32,7 +32,7 @@ import numpy as np
 from planner.serving.disagg import DisaggArrays, kv_transfer_time_s
 from planner.serving.roofline import StepModel
 from planner.simulate import (DEFAULT_PREFILL_CHUNK_TOKENS, DEFAULT_REQUESTS, DEFAULT_WARMUP_FRACTION,
-                              check_simulation_inputs, request_overhead_s, run_requests)
+                              check_simulation_inputs, draw_requests, request_overhead_s, run_requests)
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,8 @@ def route_least_work(arrival_s, work_s, replicas: int) -> np.ndarray:
     """
     free = [(0.0, k) for k in range(replicas)]
     out = np.empty(len(arrival_s), dtype=np.int64)
-    for i, (a, w) in enumerate(zip(np.asarray(arrival_s, float).tolist(), np.asarray(work_s, float).tolist())):
+    pairs = zip(np.asarray(arrival_s, float).tolist(), np.asarray(work_s, float).tolist())
+    for i, (a, w) in enumerate(pairs):
         at, k = heapq.heappop(free)
         out[i] = k
         heapq.heappush(free, (max(at, a) + w, k))
@@ -156,18 +157,17 @@ def simulate_pd(d: DisaggArrays, *, rate_per_s: float, prompt, output, requests:
     problems = check_simulation_inputs(rate_per_s=rate_per_s, max_batch=min(_scalar(d.prefill.batch),
                                                                             _scalar(d.decode.batch)),
                                        requests=requests, prefill_chunk_tokens=prefill_chunk_tokens,
-                                       warmup_fraction=warmup_fraction, prefix_hit_fraction=prefix_hit_fraction)
+                                       warmup_fraction=warmup_fraction,
+                                       prefix_hit_fraction=prefix_hit_fraction)
     n_p, n_d = _scalar(d.prefill_replicas), _scalar(d.decode_replicas)
     for name, n in (("prefill_replicas", n_p), ("decode_replicas", n_d)):
         if not (n >= 1 and n == math.floor(n)):
             problems.append((name, f"must be an integer >= 1, got {n}"))
     if problems:
         raise ValueError("; ".join(f"{name}: {msg}" for name, msg in problems))
-    rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
-    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
-    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
-    return run_pd_requests(d, arrival, prompt_tokens, output_tokens, rate_per_s=float(rate_per_s), seed=int(seed),
+    arrival, prompt_tokens, output_tokens = draw_requests(rate_per_s, prompt, output, requests, seed)
+    return run_pd_requests(d, arrival, prompt_tokens, output_tokens, rate_per_s=float(rate_per_s),
+                           seed=int(seed),
                            prefill_chunk_tokens=prefill_chunk_tokens, warmup_fraction=warmup_fraction,
                            prefix_hit_fraction=prefix_hit_fraction)
 
@@ -193,8 +193,9 @@ def run_pd_requests(d: DisaggArrays, arrival_s, prompt_tokens, output_tokens, *,
         idx = np.flatnonzero(route == k)
         if not idx.size:
             continue
-        r = run_requests(d.prefill, d.prefill_params, arrival[idx], prompt_tokens[idx], np.ones(idx.size, np.int64),
-                         max_batch=int(_scalar(d.prefill.batch)), prefix_hit_fraction=prefix_hit_fraction, **common)
+        r = run_requests(d.prefill, d.prefill_params, arrival[idx], prompt_tokens[idx],
+                         np.ones(idx.size, np.int64), max_batch=int(_scalar(d.prefill.batch)),
+                         prefix_hit_fraction=prefix_hit_fraction, **common)
         prefill_admit[idx], prefill_done[idx] = r.admit_s, r.first_token_s
 
     transfer = np.broadcast_to(kv_transfer_time_s(d, prompt_tokens.astype(float)), (n,)).astype(float)
@@ -210,7 +211,8 @@ def run_pd_requests(d: DisaggArrays, arrival_s, prompt_tokens, output_tokens, *,
                          max_batch=int(_scalar(d.decode.batch)), prefilled=True, **common)
         first[idx], finish[idx] = r.first_token_s, r.finish_s
     return _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finish, prompt_tokens,
-                      output_tokens, transfer, rate_per_s=rate_per_s, seed=seed, warmup_fraction=warmup_fraction)
+                      output_tokens, transfer, rate_per_s=rate_per_s, seed=seed,
+                      warmup_fraction=warmup_fraction)
 
 
 def _p50_p95_mean(values: np.ndarray) -> tuple[float, float, float]:
@@ -225,7 +227,8 @@ def _mean(values: np.ndarray) -> float:
     return float(values.mean()) if values.size else math.nan
 
 
-def _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finish, prompt_tokens, output_tokens,
+def _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finish, prompt_tokens,
+               output_tokens,
                transfer, *, rate_per_s, seed, warmup_fraction) -> PDSimulationResult:
     n = len(arrival)
     done = np.isfinite(first)

@@ -9,10 +9,11 @@ from planner.accuracy_rows import MEASUREMENT_COLUMNS
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
 
-AIC_NOTES = ("AIC row id=x | DISAGG prefill/decode deployment: prefill workers=2 tp=1 pp=1 attention_dp=8 moe_tp=1 "
-             "moe_ep=8 batch=1; decode workers=3 tp=4 pp=1 attention_dp=2 moe_tp=1 moe_ep=8 batch=16 | tp/pp/ep ...")
-IX_NOTES = ("DeepSeek-R1-0528 (InferenceX 'dsr1'); raw engine 'dynamo-sglang'; attention data-parallel (dp-attention) "
-            "|| disagg P: 2x(tp4/ep4/dpa)=8gpu; is_multinode=True")
+AIC_NOTES = ("AIC row id=x | DISAGG prefill/decode deployment: prefill workers=2 tp=1 pp=1 "
+             "attention_dp=8 moe_tp=1 moe_ep=8 batch=1; decode workers=3 tp=4 pp=1 attention_dp=2 "
+             "moe_tp=1 moe_ep=8 batch=16 | tp/pp/ep ...")
+IX_NOTES = ("DeepSeek-R1-0528 (InferenceX 'dsr1'); raw engine 'dynamo-sglang'; attention data-parallel "
+            "(dp-attention) || disagg P: 2x(tp4/ep4/dpa)=8gpu; is_multinode=True")
 
 
 def frame(rows):
@@ -30,11 +31,10 @@ def test_layouts_from_the_notes():
                 {"notes": "Decode phase measured alone", "tp": np.nan, "num_gpus": 72}])
     out = disagg_layouts(df)
     # AIC: worker width tp x attention_dp; decode max batch = batch x attention_dp.
-    assert out.loc[0, ["p_workers", "p_tp", "p_attention_dp", "d_workers", "d_tp", "d_attention_dp", "d_batch"]].tolist() \
-        == [2, 8, 8, 3, 8, 2, 32]
+    cols = ["p_workers", "p_tp", "p_attention_dp", "d_workers", "d_tp", "d_attention_dp"]
+    assert out.loc[0, cols + ["d_batch"]].tolist() == [2, 8, 8, 3, 8, 2, 32]
     # InferenceX: decode workers (32 - 8) / 8 = 3, attention DP over the decode tp.
-    assert out.loc[1, ["p_workers", "p_tp", "p_attention_dp", "d_workers", "d_tp", "d_attention_dp"]].tolist() \
-        == [2, 4, 4, 3, 8, 8]
+    assert out.loc[1, cols].tolist() == [2, 4, 4, 3, 8, 8]
     assert np.isnan(out.loc[1, "d_batch"]) and out.loc[1, "layout_problem"] == ""
     assert out.loc[2, "layout_problem"].startswith("prefill GPUs != workers x tp")   # 16 GPUs != 2 x 4
     assert np.isnan(out.loc[3, "p_workers"])

@@ -18,8 +18,8 @@ P = ServingParams()
 
 def arrays(catalog, model="llama-3.1-70b", gpu="h100-sxm", tp=4, batch=128, quant="bf16", prompt=1000.0,
            output=300.0):
-    frame = pd.DataFrame({"model": [model], "gpu": gpu, "quantization": quant, "kv_cache_dtype": quant, "tp": tp,
-                          "pp": 1, "batch": batch, "prompt_tokens": prompt, "output_tokens": output,
+    frame = pd.DataFrame({"model": [model], "gpu": gpu, "quantization": quant, "kv_cache_dtype": quant,
+                          "tp": tp, "pp": 1, "batch": batch, "prompt_tokens": prompt, "output_tokens": output,
                           "context_tokens": np.nan})
     return config_arrays(catalog, frame)[0]
 
@@ -43,7 +43,8 @@ def test_kv_transfer_by_hand(catalog):
     """Llama 3.1 70B BF16: 2 x 80 layers x 8 KV heads x 128 x 2 B = 327,680 B per token; 1000
     tokens over 4 links of 50 GB/s = 1.6384 ms, plus the fixed latency."""
     d = pair(catalog, kv_transfer_latency_s=1e-3)
-    assert float(disagg.kv_transfer_time_s(d, 1000.0)[0]) == pytest.approx(327_680_000 / 200e9 + 1e-3, rel=1e-12)
+    expected = 327_680_000 / 200e9 + 1e-3
+    assert float(disagg.kv_transfer_time_s(d, 1000.0)[0]) == pytest.approx(expected, rel=1e-12)
     # The smaller replica sets the parallel links: a TP2 decode replica halves them.
     d2 = disagg.DisaggArrays(d.prefill, arrays(catalog, tp=2), P, P)
     assert float(disagg.kv_transfer_time_s(d2, 1000.0)[0]) == pytest.approx(327_680_000 / 100e9, rel=1e-12)
@@ -76,7 +77,8 @@ def test_prefill_service_by_hand(catalog):
     flops = 1000 * (2 * c.params_active + 2 * c.n_layers * c.hidden_size * 1000)
     comm = 2 * c.n_layers * (2 * 3 / 4 * 2 * 1000 * c.hidden_size / c.link_bytes_per_s + 5e-6)
     svc = disagg.prefill_service(d, FIXED)
-    assert float(svc["mean_s"][0]) == pytest.approx(float((flops / (4 * c.peak_flops_per_s * 0.6) + comm)[0]), rel=1e-9)
+    by_hand = float((flops / (4 * c.peak_flops_per_s * 0.6) + comm)[0])
+    assert float(svc["mean_s"][0]) == pytest.approx(by_hand, rel=1e-9)
     assert float(svc["second_moment_s2"][0]) == pytest.approx(float(svc["mean_s"][0]) ** 2, rel=1e-9)
     transfer = float(disagg.kv_transfer_time_s(d, 1000.0)[0])
     assert float(svc["p95_own_s"][0]) == pytest.approx(float(svc["mean_s"][0]) + transfer, rel=1e-6)
@@ -138,7 +140,8 @@ def test_monotone_in_load_replicas_network_and_slos(catalog):
     assert np.allclose(slow["tpot_p95_s"], s["tpot_p95_s"])
     more = disagg.state_at_rate(pair(catalog, n_p=3), TRAFFIC, rates)
     assert np.all(more["ttft_p95_s"] < s["ttft_p95_s"])
-    caps = [float(disagg.capacity_at_slo(d, TRAFFIC, ttft, 0.03)["max_rate_per_s"][0]) for ttft in (0.4, 0.8, 2.0)]
+    caps = [float(disagg.capacity_at_slo(d, TRAFFIC, ttft, 0.03)["max_rate_per_s"][0])
+            for ttft in (0.4, 0.8, 2.0)]
     assert 0 < caps[0] < caps[1] < caps[2]
     cap = disagg.capacity_at_slo(d, TRAFFIC, 0.8, 0.03)
     assert float(cap["ttft_p95_s"][0]) <= 0.8 and float(cap["tpot_p95_s"][0]) <= 0.03
@@ -181,8 +184,8 @@ def test_pd_simulation_conserves_time(catalog):
     assert r.requests == 380 and r.rejected_requests == 0
     assert np.all(r.kv_arrival_s[m] - r.prefill_done_s[m] > 0)
     assert np.all(r.first_token_s[m] >= r.kv_arrival_s[m]) and np.all(r.finish_s[m] >= r.first_token_s[m])
-    again = simulate_pd(d, rate_per_s=4.0, prompt=LogNormal(2000, 4000), output=LogNormal(300, 800), requests=400,
-                        seed=1)
+    again = simulate_pd(d, rate_per_s=4.0, prompt=LogNormal(2000, 4000), output=LogNormal(300, 800),
+                        requests=400, seed=1)
     assert again.to_dict() == r.to_dict()                                   # deterministic
 
 

@@ -149,7 +149,8 @@ def prefill_service(d: DisaggArrays, t: TrafficArrays) -> dict:
 
     mean, second, transfer = 0.0, 0.0, 0.0
     m = len(t.prompt_strata_tokens)
-    for tokens, attn, var_p in zip(t.prompt_strata_tokens, t.prompt_strata_attention_tokens, t.prompt_strata_var):
+    strata = zip(t.prompt_strata_tokens, t.prompt_strata_attention_tokens, t.prompt_strata_var)
+    for tokens, attn, var_p in strata:
         c_i, eff = cost(tokens, attn)
         slope = (cost(tokens * SLOPE_STEP, attn * SLOPE_STEP)[0] - c_i) / (eff * (SLOPE_STEP - 1.0))
         mean = mean + c_i / m

@@ -137,14 +137,19 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
                                        prefix_hit_fraction=prefix_hit_fraction)
     if problems:
         raise ValueError("; ".join(f"{name}: {msg}" for name, msg in problems))
-    rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
-    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
-    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
+    arrival, prompt_tokens, output_tokens = draw_requests(rate_per_s, prompt, output, requests, seed)
     return run_requests(arrays, params, arrival, prompt_tokens, output_tokens, max_batch=max_batch,
                         rate_per_s=float(rate_per_s), seed=int(seed), scheduler=scheduler,
                         prefill_chunk_tokens=prefill_chunk_tokens, warmup_fraction=warmup_fraction,
                         prefix_hit_fraction=prefix_hit_fraction)
+
+
+def draw_requests(rate_per_s: float, prompt, output, requests: int, seed: int):
+    """Seeded Poisson arrivals [s], then prompt and output lengths [tokens], in that order."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
+    return (arrival, np.asarray(prompt.sample(rng, requests), dtype=np.int64),
+            np.asarray(output.sample(rng, requests), dtype=np.int64))
 
 
 def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_tokens, output_tokens, *,
