@@ -48,7 +48,7 @@ def test_role_fields_defaults_and_errors():
     assert launch_roles.role_settings(nan_fields) == RoleSettings()   # columns of a mixed plan
     assert launch_roles.role_settings(pd.Series({"tp": 8, "role": "decode", "pool": 3.0})).pool == "3"
     assert launch_roles.role_settings({"tp": 8}, gpu=type("G", (), {"gpus_per_node": 4})()).gpus_per_node == 4
-    for fields, needle in [({"tp": 8, "ep": 3}, "'ep' (3) must divide 'tp' (8)"), ({"tp": 8, "ep": 0}, "'ep'"),
+    for fields, needle in [({"tp": 8, "ep": 3}, "'ep' (3) must divide 'tp' (8)"), ({"tp": 8, "ep": 0}, "'ep'"), ({"tp": 8, "ep": "8"}, "'ep'"), ({"tp": 8, "ep": 2.5}, "'ep'"),
                            ({"tp": 8, "role": "encode"}, "'role'"), ({"tp": 8, "attention_dp": "yes"}, "'attention_dp'")]:
         with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
             launch_roles.role_settings(fields)

@@ -87,14 +87,14 @@ def _field(deployment, name: str, default):
 
 
 def role_settings(deployment, gpu=None) -> RoleSettings:
-    """The role settings of a plan deployment (``ep``, ``attention_dp``, ``role``, ``pool``,
-    ``tp``, ``pp``) on ``gpu`` (a catalog GPU; ``gpus_per_node`` where it has the field).
+    """The role settings of a plan deployment (its fields ``ep``, ``attention_dp``, ``role``,
+    ``pool`` and ``tp``) on ``gpu`` (a catalog GPU; ``gpus_per_node`` where it has the field).
 
     Raises ValueError naming the field when a value is out of its domain.
     """
     tp = int(_field(deployment, "tp", 1))
     ep = _field(deployment, "ep", 1)
-    if isinstance(ep, bool) or int(ep) != ep or int(ep) < 1:
+    if isinstance(ep, (bool, str)) or not float(ep).is_integer() or ep < 1:
         raise ValueError(f"deployment field 'ep' must be an integer >= 1, got {ep!r}")
     ep = int(ep)
     if tp % ep:
