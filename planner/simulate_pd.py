@@ -25,18 +25,19 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 
 import numpy as np
 
 from planner.serving.disagg import DisaggArrays, kv_transfer_time_s
 from planner.serving.roofline import StepModel
+from planner.simulate.stats import RunRecord, per_request
 from planner.simulate import (DEFAULT_PREFILL_CHUNK_TOKENS, DEFAULT_REQUESTS, DEFAULT_WARMUP_FRACTION,
                               check_simulation_inputs, draw_requests, request_overhead_s, run_requests)
 
 
 @dataclass(frozen=True)
-class PDSimulationResult:
+class PDSimulationResult(RunRecord):
     """Statistics of one simulated disaggregated deployment (SI units), plus per-request times.
 
     Latency statistics cover the measured requests (arrivals after the warm-up that both
@@ -63,35 +64,14 @@ class PDSimulationResult:
     seed: int
     prefill_replicas: int
     decode_replicas: int
-    requests: int
-    rejected_requests: int
-    ttft_p50_s: float
-    ttft_p95_s: float
-    ttft_mean_s: float
-    tpot_p50_s: float
-    tpot_p95_s: float
-    tpot_mean_s: float
     prefill_wait_mean_s: float
     prefill_time_mean_s: float
     kv_transfer_mean_s: float
     decode_wait_mean_s: float
     throughput_tokens_per_s: float
     window_s: float
-    arrival_s: np.ndarray = field(repr=False, compare=False)
-    prefill_done_s: np.ndarray = field(repr=False, compare=False)
-    kv_arrival_s: np.ndarray = field(repr=False, compare=False)
-    first_token_s: np.ndarray = field(repr=False, compare=False)
-    finish_s: np.ndarray = field(repr=False, compare=False)
-    prompt_tokens: np.ndarray = field(repr=False, compare=False)
-    output_tokens: np.ndarray = field(repr=False, compare=False)
-    measured: np.ndarray = field(repr=False, compare=False)
-
-    _ARRAY_FIELDS = ("arrival_s", "prefill_done_s", "kv_arrival_s", "first_token_s", "finish_s",
-                     "prompt_tokens", "output_tokens", "measured")
-
-    def to_dict(self) -> dict:
-        """Scalar statistics keyed by name (no per-request arrays)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAY_FIELDS}
+    prefill_done_s: np.ndarray = per_request()
+    kv_arrival_s: np.ndarray = per_request()
 
 
 def _scalar(value) -> float:
