@@ -57,7 +57,7 @@ def test_same_seed_same_result_different_seed_differs(arrays_8b):
     b = simulate_replica(arrays_8b, p, seed=3, **kw)
     c = simulate_replica(arrays_8b, p, seed=4, **kw)
     assert a.to_dict() == b.to_dict()
-    for name in SimulationResult._ARRAY_FIELDS:
+    for name in SimulationResult.array_fields():
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
     assert a.to_dict() != c.to_dict()
     assert scheduler_timeline(seed=5) == scheduler_timeline(seed=5)

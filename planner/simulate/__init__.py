@@ -19,6 +19,7 @@ from planner.simulate.replica import (
     DEFAULT_WARMUP_FRACTION,
     SCHEDULERS,
     check_simulation_inputs,
+    draw_requests,
     run_requests,
     simulate_replica,
 )
@@ -27,6 +28,7 @@ from planner.simulate.timeline import scheduler_timeline
 
 __all__ = [
     "DEFAULT_PREFILL_CHUNK_TOKENS", "DEFAULT_REQUESTS", "DEFAULT_WARMUP_FRACTION", "LENGTH_BUCKET_TOKENS",
-    "SCHEDULERS", "SimulationResult", "check_simulation_inputs", "request_overhead_s", "run_requests",
+    "SCHEDULERS", "SimulationResult", "check_simulation_inputs", "draw_requests", "request_overhead_s",
+    "run_requests",
     "scheduler_timeline", "simulate_replica",
 ]

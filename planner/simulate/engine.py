@@ -221,6 +221,9 @@ class Replica:
         remaining: list[int] = []   # their prompt tokens still to prefill
         while True:
             while (r := self._try_admit()) is not None:
+                if not self.prefill[r]:  # KV and first token came from a prefill pool (simulate_pd)
+                    self._start_decoding(r)
+                    continue
                 pending.append(r)
                 remaining.append(self.prefill[r])
             if self.running == 0:

@@ -137,26 +137,33 @@ def simulate_replica(arrays: ConfigArrays, params: ServingParams, *, rate_per_s:
                                        prefix_hit_fraction=prefix_hit_fraction)
     if problems:
         raise ValueError("; ".join(f"{name}: {msg}" for name, msg in problems))
-    rng = np.random.default_rng(seed)
-    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
-    prompt_tokens = np.asarray(prompt.sample(rng, requests), dtype=np.int64)
-    output_tokens = np.asarray(output.sample(rng, requests), dtype=np.int64)
+    arrival, prompt_tokens, output_tokens = draw_requests(rate_per_s, prompt, output, requests, seed)
     return run_requests(arrays, params, arrival, prompt_tokens, output_tokens, max_batch=max_batch,
                         rate_per_s=float(rate_per_s), seed=int(seed), scheduler=scheduler,
                         prefill_chunk_tokens=prefill_chunk_tokens, warmup_fraction=warmup_fraction,
                         prefix_hit_fraction=prefix_hit_fraction)
 
 
+def draw_requests(rate_per_s: float, prompt, output, requests: int, seed: int):
+    """Seeded Poisson arrivals [s], then prompt and output lengths [tokens], in that order."""
+    rng = np.random.default_rng(seed)
+    arrival = np.cumsum(rng.standard_exponential(requests)) / rate_per_s
+    return (arrival, np.asarray(prompt.sample(rng, requests), dtype=np.int64),
+            np.asarray(output.sample(rng, requests), dtype=np.int64))
+
+
 def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_tokens, output_tokens, *,
                  max_batch: int, rate_per_s: float, seed: int, scheduler: str = "continuous",
                  prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
                  warmup_fraction: float = DEFAULT_WARMUP_FRACTION,
-                 prefix_hit_fraction=0.0) -> SimulationResult:
+                 prefix_hit_fraction=0.0, prefilled: bool = False) -> SimulationResult:
     """Run given requests (sorted arrival times [s], prompt and output tokens) through one replica.
 
     :func:`simulate_replica` draws them from one traffic class; :mod:`planner.verify` from a
     routed mix of classes. ``rate_per_s`` and ``seed`` are recorded in the result;
-    ``prefix_hit_fraction`` (a number, or one per request) as in :func:`simulate_replica`. Raises
+    ``prefix_hit_fraction`` (a number, or one per request) as in :func:`simulate_replica`;
+    ``prefilled``: the requests arrive with their KV and first token (a disaggregated decode
+    replica, :mod:`planner.simulate_pd`): no prefill, admission starts o - 1 decodes. Raises
     ``ValueError`` for more than one configuration or weights that leave no KV budget.
     """
     if np.size(arrays.tp) != 1:
@@ -175,7 +182,7 @@ def run_requests(arrays: ConfigArrays, params: ServingParams, arrival_s, prompt_
     window = (float(arrival[first_measured]), float(arrival[-1]))
     steps = StepTimes(arrays, params)
     missed = 1.0 - np.asarray(prefix_hit_fraction, dtype=float)
-    computed = np.maximum(np.floor(missed * prompt_tokens + 0.5), 1)
+    computed = np.maximum(np.floor(missed * prompt_tokens + 0.5), 1) * (not prefilled)
     sim = Replica(steps, arrival.tolist(), prompt_tokens.tolist(), output_tokens.tolist(),
                   kv_bytes.tolist(), int(math.floor(budget)), int(max_batch), window,
                   prefill=np.broadcast_to(computed, (requests,)).astype(np.int64).tolist())

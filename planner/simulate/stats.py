@@ -14,8 +14,45 @@ if TYPE_CHECKING:
     from planner.simulate.engine import Replica
 
 
+def per_request():
+    """A per-request array field of a result: left out of its repr, equality and ``to_dict``."""
+    return field(repr=False, compare=False, metadata={"per_request": True})
+
+
 @dataclass(frozen=True)
-class SimulationResult:
+class RunRecord:
+    """What every simulated run reports: the latency statistics of the measured requests
+    and the per-request record (arrays in arrival order, times in seconds from the first
+    arrival; ``measured`` marks the requests the statistics count, after the warm-up).
+    The base of :class:`SimulationResult` and of the P/D simulator's result."""
+
+    requests: int
+    rejected_requests: int
+    ttft_p50_s: float
+    ttft_p95_s: float
+    ttft_mean_s: float
+    tpot_p50_s: float
+    tpot_p95_s: float
+    tpot_mean_s: float
+    arrival_s: np.ndarray = per_request()
+    first_token_s: np.ndarray = per_request()
+    finish_s: np.ndarray = per_request()
+    prompt_tokens: np.ndarray = per_request()
+    output_tokens: np.ndarray = per_request()
+    measured: np.ndarray = per_request()
+
+    @classmethod
+    def array_fields(cls) -> tuple[str, ...]:
+        """Names of the per-request array fields."""
+        return tuple(f.name for f in fields(cls) if f.metadata.get("per_request"))
+
+    def to_dict(self) -> dict:
+        """Scalar statistics keyed by name (no per-request arrays)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.metadata.get("per_request")}
+
+
+@dataclass(frozen=True)
+class SimulationResult(RunRecord):
     """Statistics of one simulated replica (SI units), plus the per-request record.
 
     Latency statistics cover the measured requests (arrivals after the warm-up, not
@@ -74,14 +111,6 @@ class SimulationResult:
     seed: int
     max_batch: int
     prefill_chunk_tokens: int
-    requests: int
-    rejected_requests: int
-    ttft_p50_s: float
-    ttft_p95_s: float
-    ttft_mean_s: float
-    tpot_p50_s: float
-    tpot_p95_s: float
-    tpot_mean_s: float
     mean_wait_s: float
     throughput_tokens_per_s: float
     request_throughput_per_s: float
@@ -90,22 +119,9 @@ class SimulationResult:
     window_s: float
     iterations: int
     distinct_step_times: int
-    arrival_s: np.ndarray = field(repr=False, compare=False)
-    admit_s: np.ndarray = field(repr=False, compare=False)
-    first_token_s: np.ndarray = field(repr=False, compare=False)
-    finish_s: np.ndarray = field(repr=False, compare=False)
-    prompt_tokens: np.ndarray = field(repr=False, compare=False)
-    output_tokens: np.ndarray = field(repr=False, compare=False)
-    measured: np.ndarray = field(repr=False, compare=False)
+    admit_s: np.ndarray = per_request()
     #: Fixed TTFT outside the GPU steps that the TTFT statistics include [s].
     request_overhead_s: float = 0.0
-
-    _ARRAY_FIELDS = ("arrival_s", "admit_s", "first_token_s", "finish_s", "prompt_tokens",
-                     "output_tokens", "measured")
-
-    def to_dict(self) -> dict:
-        """Scalar statistics keyed by name (no per-request arrays)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAY_FIELDS}
 
     def latencies_s(self, mask=None) -> tuple[np.ndarray, np.ndarray]:
         """TTFT and TPOT [s] of the measured requests (within ``mask``, a bool per request);

@@ -1,0 +1,260 @@
+"""Predict the disaggregated reference rows (``mode == disagg``) with the P/D serving model.
+
+:func:`prepare_disagg_rows` resolves each disaggregated row as :func:`planner.accuracy_rows.prepare_rows`
+does for aggregated ones (model, GPU, formats, engine release, campaign, metric) and reads
+its prefill/decode layout from the row and its notes (:func:`disagg_layouts`);
+:func:`predict_disagg_rows` predicts every row with the closed loop of
+:func:`pd_closed_loop`; :func:`score_disagg_rows` gives the absolute percentage errors.
+``benchmarks/bench_accuracy_disagg.py`` prints coverage and median APE per metric family.
+The model and the figures: ``docs/serving-model.md`` section 14.4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from planner.accuracy import QUANTILES, engine_keys
+from planner.accuracy_loads import (CLOSED_LOOP_ITERATIONS, RHO_CAP, Harness, mixture_ttft_quantile,
+                                    wave_prefill_s)
+from planner.accuracy_rows import FAMILIES, prepare_rows
+from planner.configs import config_arrays
+from planner.serving import memory
+from planner.serving.memory import engine_memory_params
+from planner.serving.arrays import ConfigArrays
+from planner.serving.disagg import prefill_queue, scale_out_bytes_per_s
+from planner.serving.params import ServingParams
+from planner.serving.roofline import StepModel
+
+#: Milliseconds per second.
+MS_PER_S = 1000.0
+#: The layout columns :func:`disagg_layouts` adds: worker counts, GPUs per pipeline stage
+#: (``tp``, attention-DP ranks included), pipeline stages, attention-DP ranks and max batch
+#: per worker (NaN where not recorded), for the prefill (``p_``) and decode (``d_``) pools.
+LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp",
+                  "d_workers", "d_tp", "d_pp", "d_attention_dp", "d_batch")
+
+_AIC = (r"prefill workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=\d+ batch=\d+; "
+        r"decode workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=\d+ batch=(\d+)")
+_INFERENCEX = r"disagg P: (\d+)x\(tp(\d+)/ep\d+/(dpa|nodpa)\)=(\d+)gpu"
+
+
+def disagg_layouts(df: pd.DataFrame) -> pd.DataFrame:
+    """The prefill/decode layout of every row (``LAYOUT_COLUMNS``; NaN where not recorded).
+
+    Notes
+    -----
+    * aiconfigurator rows: ``prefill workers=W tp=T pp=P attention_dp=D ...; decode ...
+      batch=B`` in the notes; a worker has T x D GPUs per stage (attention DP inside them)
+      and runs at most B x D sequences (AIC counts ``batch`` per attention-DP rank).
+    * InferenceX rows: ``disagg P: Wx(tpT/epE/dpa)=Ggpu`` gives the prefill pool; the row's
+      ``tp`` is one decode worker, attention DP when the notes say ``attention
+      data-parallel``, and the decode workers are (num_gpus - G) / tp. The max batch is
+      not recorded (the KV memory decides).
+    * Other rows (the LMSYS decode-only points): no prefill layout, NaN.
+
+    ``layout_problem`` names a recorded layout that contradicts itself (InferenceX: prefill
+    GPUs != workers x tp; decode GPUs not a multiple of the decode tp), else "".
+    """
+    notes = df["notes"].fillna("").astype(str)
+    out = pd.DataFrame(np.nan, index=df.index, columns=list(LAYOUT_COLUMNS))
+    aic = notes.str.extract(_AIC).astype(float)
+    ok = aic[0].notna()
+    out.loc[ok, "p_workers"], out.loc[ok, "p_tp"] = aic[0], aic[1] * aic[3]
+    out.loc[ok, "p_pp"], out.loc[ok, "p_attention_dp"] = aic[2], aic[3]
+    out.loc[ok, "d_workers"], out.loc[ok, "d_tp"] = aic[4], aic[5] * aic[7]
+    out.loc[ok, "d_pp"], out.loc[ok, "d_attention_dp"] = aic[6], aic[7]
+    out.loc[ok, "d_batch"] = aic[8] * aic[7]
+    ix = notes.str.extract(_INFERENCEX)
+    hit = ix[0].notna() & ~ok
+    tp = pd.to_numeric(df["tp"], errors="coerce")
+    gpus = pd.to_numeric(df["num_gpus"], errors="coerce")
+    p_tp = ix[1].astype(float)
+    out.loc[hit, "p_workers"], out.loc[hit, "p_tp"], out.loc[hit, "p_pp"] = ix[0].astype(float), p_tp, 1.0
+    out.loc[hit, "p_attention_dp"] = np.where(ix[2] == "dpa", p_tp, 1.0)[hit.to_numpy()]
+    decode_dp = notes.str.split(r"\|\|").str[0].str.contains("attention data-parallel", regex=False)
+    out.loc[hit, "d_tp"], out.loc[hit, "d_pp"] = tp, 1.0
+    out.loc[hit, "d_attention_dp"] = np.where(decode_dp, tp, 1.0)[hit.to_numpy()]
+    out.loc[hit, "d_workers"] = (gpus - ix[3].astype(float)) / tp
+    out["layout_problem"] = ""
+    width = ix[3].astype(float) / ix[0].astype(float)
+    out.loc[hit & (width != p_tp), "layout_problem"] = "prefill GPUs != workers x tp in the recorded layout"
+    whole = (out["d_workers"] >= 1) & (out["d_workers"] == np.floor(out["d_workers"]))
+    out.loc[hit & ~whole & out["layout_problem"].eq(""), "layout_problem"] = \
+        "decode GPUs not a whole number of decode workers in the recorded layout"
+    return out
+
+
+def prepare_disagg_rows(df: pd.DataFrame, catalog) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """The disaggregated rows with a recorded layout, resolved for prediction.
+
+    Returns ``(rows, skipped, recorded)``: ``rows`` has the columns of
+    :func:`planner.accuracy_rows.prepare_rows` plus ``LAYOUT_COLUMNS``; ``skipped`` has ``id``,
+    ``metric``, ``reason`` for the rows with a layout that cannot be predicted; ``recorded``
+    counts the rows with a recorded layout (the coverage's denominator).
+    """
+    sub = df[df["mode"].eq("disagg")].reset_index(drop=True)
+    layout = disagg_layouts(sub)
+    has = layout["p_workers"].notna().to_numpy()
+    sub, layout = sub[has].reset_index(drop=True), layout[has].reset_index(drop=True)
+    # Resolve everything but the layout as an aggregated row would be (the GPU count and EP
+    # of a disaggregated row describe the two pools, so they are left to the layout).
+    rows, skipped = prepare_rows(sub.assign(mode="agg", num_gpus=np.nan, ep=np.nan), catalog)
+    rows = rows.merge(layout.assign(id=sub["id"]), on="id", how="left")
+    bad = rows["layout_problem"].ne("")
+    contradicted = pd.DataFrame({"id": rows.loc[bad, "id"], "metric": rows.loc[bad, "metric"],
+                                 "reason": rows.loc[bad, "layout_problem"]})
+    skipped = pd.concat([skipped, contradicted], ignore_index=True)
+    rows = rows[~bad].reset_index(drop=True)
+    rows["gpus_total"] = (rows["p_workers"] * rows["p_tp"] * rows["p_pp"]
+                          + rows["d_workers"] * rows["d_tp"] * rows["d_pp"])
+    rows["family"] = rows["quantity"].map(FAMILIES)
+    return rows, skipped, int(has.sum())
+
+
+def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
+    """The serving-model arrays of the prefill (``"p"``) or decode (``"d"``) worker of each row."""
+    frame = pd.DataFrame({
+        "model": rows["model"].to_numpy(), "gpu": rows["gpu"].to_numpy(),
+        "quantization": rows["quantization"].to_numpy(), "kv_cache_dtype": rows["kv_cache_dtype"].to_numpy(),
+        "tp": rows[f"{prefix}_tp"].to_numpy(float), "pp": rows[f"{prefix}_pp"].to_numpy(float),
+        "batch": 1.0, "prompt_tokens": rows["prompt_tokens"].to_numpy(float),
+        "output_tokens": rows["output_tokens"].to_numpy(float), "context_tokens": np.nan})
+    c, _ = config_arrays(catalog, frame)
+    dp = rows[f"{prefix}_attention_dp"].to_numpy(float)
+    return c.replace(attention_dp=np.where(dp > 1.0, dp, 0.0))  # the layout terms of serving/moe.py
+
+
+def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,
+                   decode_workers, decode_slots, transfer_s, prompt, output, first_wave_weight,
+                   quantile) -> dict:
+    """TPOT, TTFT (mean or ``quantile``) and rate of ``users`` closed-loop users on a P/D pair.
+
+    Notes
+    -----
+    A = min(U, n_d B_d) users hold decode slots. Staggered steady state (fixed point of the
+    decoders per decode worker n, damped): a request waits W in the prefill pool (M/D/c at
+    utilization lambda S / n_p, capped at RHO_CAP: the closed loop limits itself), is
+    prefilled in S = k s_p(0, p/k) (k = max(1, p/C + 1/2) chunks, no decode interference),
+    its KV moves in X, then it decodes o - 1 steps of tau = s_d(n) (no prefill
+    interference); lambda = A / (W + S + X + (o - 1) tau), n = lambda (o - 1) tau / n_d;
+    W is at most (A - 1) S / n_p (the other users all ahead).
+    TTFT_s = S + X + (A - 1)/A (W + tau/2) (the decode step in progress).
+    Synchronized first wave (weight w, as :func:`planner.accuracy_loads.closed_loop`): each
+    prefill worker prefills its max(A / n_p, 1) prompts together in T_pf
+    (:func:`planner.accuracy_loads.wave_prefill_s`), TTFT_w = (A + 1)/(2A) T_pf + X and the
+    decode runs at the full batch A / n_d. Blend and slot wait (U - A)/lambda as the
+    aggregated closed loop; quantiles from :func:`planner.accuracy_loads.mixture_ttft_quantile`.
+    """
+    users = np.asarray(users, dtype=float)
+    q = np.asarray(quantile, dtype=float)
+    quant = np.isfinite(q)
+    w = np.asarray(first_wave_weight, dtype=float)
+    n_p, n_d = np.asarray(prefill_workers, float), np.asarray(decode_workers, float)
+    out_m1 = np.maximum(output - 1.0, 1.0)
+    active = np.maximum(np.minimum(users, n_d * decode_slots), 1.0)
+    chunks = np.maximum(1.0, prompt / p.prefill_chunk_tokens + 0.5)
+    service = chunks * StepModel(pre, p).time(0.0, prompt / chunks, prompt)
+    decode_step = StepModel(dec, p).time
+
+    def queue(rate):
+        capped = np.minimum(rate, RHO_CAP * n_p / service)
+        q = prefill_queue(n_p, capped, service, service ** 2)
+        # A closed loop's queue never holds more than the other users.
+        q["mean_s"] = np.minimum(q["mean_s"], (active - 1.0) * service / n_p)
+        return q
+
+    n, wait = active / n_d, np.zeros_like(active)
+    for _ in range(CLOSED_LOOP_ITERATIONS):
+        tau = decode_step(n)
+        rate = active / (wait + service + transfer_s + out_m1 * tau)
+        wait = queue(rate)["mean_s"]
+        n = 0.5 * n + 0.5 * rate * out_m1 * tau / n_d
+    tau = decode_step(n)
+    rate = active / (wait + service + transfer_s + out_m1 * tau)
+    qs = queue(rate)
+    others = (active - 1.0) / active
+    ttft_s = service + transfer_s + others * (qs["mean_s"] + 0.5 * tau)
+    t_pf = wave_prefill_s(pre, p, np.maximum(active / n_p, 1.0), prompt)   # a worker has a prompt or none
+    tau_w = decode_step(active / n_d)
+    ttft_w = (active + 1.0) / (2.0 * active) * t_pf + transfer_s
+    rate = active / ((1.0 - w) * (qs["mean_s"] + service + transfer_s + out_m1 * tau)
+                     + w * (t_pf + transfer_s + out_m1 * tau_w))
+    ttft = (1.0 - w) * ttft_s + w * ttft_w
+    if quant.any():
+        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, service + transfer_s, others, qs["mean_s"],
+                                      qs["p_wait"], tau, t_pf)
+        ttft = np.where(quant, mixed, ttft)
+    slot_wait = np.maximum(users - active, 0.0) / rate * np.where(quant, 2.0 * q, 1.0)
+    return {"ttft_s": ttft + slot_wait, "tpot_s": (1.0 - w) * tau + w * tau_w, "rate_per_s": rate}
+
+
+def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: ServingParams | None = None,
+                        harness: Harness | None = None) -> np.ndarray:
+    """Predicted value of every row of :func:`prepare_disagg_rows`, in the row's unit (NaN: none).
+
+    Both pools take the row's calibrated parameters (same GPU type and engine); only
+    ``concurrency`` rows are predicted (every recorded-layout row is one). ``harness``:
+    the benchmark-harness values (default: the calibration's, else :class:`Harness`).
+    """
+    base = base or ServingParams()
+    pred = np.full(len(rows), np.nan)
+    idx = np.flatnonzero(rows["load_kind"].eq("concurrency").to_numpy())
+    if not idx.size:
+        return pred
+    r = rows.iloc[idx].reset_index(drop=True)
+    gpus, engines = r["gpu"].to_numpy(), engine_keys(r)
+    if calibration is None:
+        p, harness = base, harness or Harness()
+    else:
+        campaigns = r["campaign"].to_numpy()
+        p = calibration.params_for(base, gpus, engines, model_ids=r["model"].to_numpy(),
+                                   math_modes=r["math"].to_numpy(), campaigns=campaigns)
+        harness = harness or Harness(**calibration.harness_for(gpus, engines, campaigns))
+    pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
+    prompt, output = r["prompt_tokens"].to_numpy(float), r["output_tokens"].to_numpy(float)
+    p_dec = engine_memory_params(dec, p, r["engine"].to_numpy())
+    slot_ctx = np.where(r["engine"].eq("trtllm"), prompt + output, prompt + output / 2.0)
+    slots = memory.max_concurrency(dec.replace(context_tokens=slot_ctx), p_dec)
+    slots = np.where(r["d_batch"].notna(), np.minimum(slots, r["d_batch"].to_numpy(float)), slots)
+    bandwidth = np.array([scale_out_bytes_per_s(catalog.gpu(g)) for g in gpus])
+    links = np.minimum(pre.tp * pre.pp, dec.tp * dec.pp)
+    transfer = memory.kv_bytes_per_seq(pre, prompt) / (links * bandwidth)
+    q = r["statistic"].map(QUANTILES).to_numpy(dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        res = pd_closed_loop(pre, dec, p, r["load_value"].to_numpy(float), r["p_workers"].to_numpy(float),
+                             r["d_workers"].to_numpy(float), slots, transfer, prompt, output,
+                             harness.first_wave_weight, q)
+        ttft = res["ttft_s"] + p.request_overhead_s
+        rate = res["rate_per_s"]
+        values = {"ttft": ttft * MS_PER_S, "tpot": res["tpot_s"] * MS_PER_S,
+                  "e2e": (ttft + np.maximum(output - 1.0, 0.0) * res["tpot_s"]) * MS_PER_S,
+                  "out_total": rate * output, "out_per_gpu": rate * output / r["gpus_total"].to_numpy(float),
+                  "out_per_user": 1.0 / res["tpot_s"], "total_total": rate * (prompt + output),
+                  "req_rate": rate}
+    quantity = r["quantity"].to_numpy()
+    out = np.full(len(r), np.nan)
+    for name, v in values.items():
+        mask = quantity == name
+        out[mask] = np.broadcast_to(v, out.shape)[mask]
+    # A worker whose weights leave no KV budget in the memory model is not predicted.
+    fits = (memory.kv_budget_bytes_per_gpu(pre, engine_memory_params(pre, p, r["engine"].to_numpy())) > 0) \
+        & (memory.kv_budget_bytes_per_gpu(dec, p_dec) > 0)
+    pred[idx] = np.where(fits, out, np.nan)
+    return pred
+
+
+def score_disagg_rows(catalog, measurements: pd.DataFrame,
+                      calibration=None) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """``(scored, skipped, recorded)``: the predicted rows with ``prediction`` and ``ape_pct``,
+    the unpredicted ones with a reason, and the number of rows with a recorded layout."""
+    rows, skipped, recorded = prepare_disagg_rows(measurements, catalog)
+    pred = predict_disagg_rows(catalog, rows, calibration) if len(rows) else np.zeros(0)
+    ok = np.isfinite(pred) & (pred > 0)
+    extra = pd.DataFrame({"id": rows.loc[~ok, "id"], "metric": rows.loc[~ok, "metric"],
+                          "reason": np.where(rows.loc[~ok, "load_kind"].eq("concurrency"),
+                                             "weights leave no KV memory on a recorded worker (memory model)",
+                                             "load kind not modelled for disaggregated rows")})
+    scored = rows[ok].assign(prediction=pred[ok]).reset_index(drop=True)
+    scored["ape_pct"] = (scored["prediction"] - scored["value"]).abs() / scored["value"] * 100.0
+    return scored, pd.concat([skipped, extra], ignore_index=True), recorded

@@ -1,0 +1,88 @@
+"""Disaggregated reference rows: layouts read from the notes, the P/D closed loop by hand."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from planner.accuracy_disagg import disagg_layouts, pd_closed_loop, pool_arrays, score_disagg_rows
+from planner.accuracy_rows import MEASUREMENT_COLUMNS
+from planner.serving.params import ServingParams
+from planner.serving.roofline import StepModel
+
+AIC_NOTES = ("AIC row id=x | DISAGG prefill/decode deployment: prefill workers=2 tp=1 pp=1 "
+             "attention_dp=8 moe_tp=1 moe_ep=8 batch=1; decode workers=3 tp=4 pp=1 attention_dp=2 "
+             "moe_tp=1 moe_ep=8 batch=16 | tp/pp/ep ...")
+IX_NOTES = ("DeepSeek-R1-0528 (InferenceX 'dsr1'); raw engine 'dynamo-sglang'; attention data-parallel "
+            "(dp-attention) || disagg P: 2x(tp4/ep4/dpa)=8gpu; is_multinode=True")
+
+
+def frame(rows):
+    df = pd.DataFrame(rows)
+    for col in MEASUREMENT_COLUMNS:
+        if col not in df:
+            df[col] = np.nan
+    return df
+
+
+def test_layouts_from_the_notes():
+    df = frame([{"notes": AIC_NOTES, "tp": 8, "num_gpus": 40},
+                {"notes": IX_NOTES, "tp": 8, "num_gpus": 32},
+                {"notes": IX_NOTES.replace("=8gpu", "=16gpu"), "tp": 8, "num_gpus": 32},
+                {"notes": "Decode phase measured alone", "tp": np.nan, "num_gpus": 72}])
+    out = disagg_layouts(df)
+    # AIC: worker width tp x attention_dp; decode max batch = batch x attention_dp.
+    cols = ["p_workers", "p_tp", "p_attention_dp", "d_workers", "d_tp", "d_attention_dp"]
+    assert out.loc[0, cols + ["d_batch"]].tolist() == [2, 8, 8, 3, 8, 2, 32]
+    # InferenceX: decode workers (32 - 8) / 8 = 3, attention DP over the decode tp.
+    assert out.loc[1, cols].tolist() == [2, 4, 4, 3, 8, 8]
+    assert np.isnan(out.loc[1, "d_batch"]) and out.loc[1, "layout_problem"] == ""
+    assert out.loc[2, "layout_problem"].startswith("prefill GPUs != workers x tp")   # 16 GPUs != 2 x 4
+    assert np.isnan(out.loc[3, "p_workers"])
+
+
+def rows(catalog):
+    base = {"id": "r", "source": "[AIC silicon_sample] x", "engine": "vllm", "model": "llama-3.1-70b",
+            "gpu": "h100-sxm", "tp": 4, "pp": 1, "mode": "disagg", "isl": 1000, "osl": 200,
+            "load_kind": "concurrency", "load_value": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
+            "notes": AIC_NOTES.replace("tp=1 pp=1 attention_dp=8", "tp=4 pp=1 attention_dp=1")
+                              .replace("tp=4 pp=1 attention_dp=2", "tp=4 pp=1 attention_dp=1")}
+    return frame([{**base, "id": "a", "metric": "ttft_ms_mean", "value": 100.0},
+                  {**base, "id": "b", "metric": "tpot_ms_mean", "value": 20.0},
+                  {**base, "id": "c", "metric": "output_tok_s_total", "value": 50.0},
+                  {**base, "id": "d", "mode": "agg", "metric": "ttft_ms_mean", "value": 100.0}])
+
+
+def test_one_user_is_prefill_transfer_then_decode_alone(catalog):
+    """One user: no queue, no wave spread; rate = 1 / (S + X + (o - 1) tau)."""
+    p = ServingParams()
+    scored, skipped, recorded = score_disagg_rows(catalog, rows(catalog), calibration=None)
+    assert recorded == 3 and len(scored) == 3 and skipped.empty       # the agg row is not one of them
+    r = scored.iloc[:1]
+    pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
+    service = float(StepModel(pre, p).time(0.0, 1000.0, 1000.0)[0])   # 1000 < C: one iteration
+    transfer = 327_680 * 1000 / (4 * 50e9)
+    out = pd_closed_loop(pre, dec, p, 1.0, 2.0, 3.0, 16.0, transfer, 1000.0, 200.0, 0.0, np.nan)
+    n = float(out["rate_per_s"][0]) * 199 * float(out["tpot_s"][0]) / 3
+    tau = float(StepModel(dec, p).time(n)[0])
+    assert float(out["tpot_s"][0]) == pytest.approx(tau, rel=1e-3)
+    assert float(out["ttft_s"][0]) == pytest.approx(service + transfer, rel=1e-9)
+    assert float(out["rate_per_s"][0]) == pytest.approx(1 / (service + transfer + 199 * tau), rel=1e-3)
+    # The scored rows use the same closed loop with the harness's first wave (one user: the
+    # wave is the same single prefill), in the rows' units.
+    by = dict(zip(scored["id"], scored["prediction"]))
+    assert by["a"] == pytest.approx(1000 * (service + transfer), rel=1e-6)
+    assert by["b"] == pytest.approx(1000 * tau, rel=2e-3)
+    assert by["c"] == pytest.approx(200 / (service + transfer + 199 * tau), rel=2e-3)
+
+
+def test_more_users_wait_longer_and_serve_more(catalog):
+    p = ServingParams()
+    r = score_disagg_rows(catalog, rows(catalog), calibration=None)[0].iloc[:1]
+    pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
+    users = np.array([1.0, 8.0, 32.0, 200.0])
+    out = pd_closed_loop(pre, dec, p, users, 2.0, 3.0, 16.0, 1e-3, 1000.0, 200.0, 0.1, np.nan)
+    assert np.all(np.diff(out["ttft_s"]) > 0) and np.all(np.diff(out["tpot_s"]) >= 0)
+    assert np.all(np.diff(out["rate_per_s"]) >= 0)
+    # 200 users exceed the 3 x 16 decode slots: the rate stops growing, the excess waits.
+    assert float(out["rate_per_s"][3]) == pytest.approx(float(pd_closed_loop(
+        pre, dec, p, 48.0, 2.0, 3.0, 16.0, 1e-3, 1000.0, 200.0, 0.1, np.nan)["rate_per_s"][0]), rel=1e-9)
