@@ -24,7 +24,8 @@ running a revision: ``STORED_DIR/<problem>/`` (the ``--out`` directory) and
 
 It prints one row per problem (identical, or different with the first differing file) and
 exits 1 if any problem differs, 2 on a usage error (unknown revision, missing directory),
-0 otherwise. A solve takes a few seconds per problem and run; nothing is timed.
+0 otherwise. Ctrl-C, SIGTERM and SIGHUP remove the temporary worktree too. A solve takes a
+few seconds per problem and run; nothing is timed.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -160,7 +162,16 @@ def print_table(rows: list[tuple[str, str | None]], base_label: str) -> None:
     print(f"{len(rows) - different} of {len(rows)} identical")
 
 
+def _exit_on_signal(signum, _frame):
+    """SIGTERM/SIGHUP (a timeout, a closed terminal) end the run like Ctrl-C: the temporary
+    worktree and outputs are removed on the way out."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), _exit_on_signal)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("problems", nargs="*", help="problem files (default: problems/*.yaml)")
     what = parser.add_mutually_exclusive_group()
