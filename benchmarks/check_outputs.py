@@ -203,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             old = (stored_run(args.against, stem) if args.against is not None
                    else solve(base_tree, problem, out_root / "base" / stem))
             rows.append((stem, first_difference(new, old)))
-            print(f"{stem}: {'identical' if rows[-1][1] is None else 'different'}", file=sys.stderr, flush=True)
+            verdict = "identical" if rows[-1][1] is None else "different"
+            print(f"{stem}: {verdict}", file=sys.stderr, flush=True)
         print_table(rows, label)
         if args.keep:
             print(f"outputs kept in {out_root}")
