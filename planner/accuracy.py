@@ -30,6 +30,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.accuracy_layout import layout_arrays
 from planner.accuracy_loads import Harness, burst, closed_loop, open_loop, static_batch
 from planner.accuracy_rows import (FAMILIES, KV_DTYPES, MEASUREMENT_COLUMNS, METRICS, WEIGHT_FORMATS,  # noqa: F401
                                    engine_release, load_measurement_files, load_measurements, prepare_rows,
@@ -65,7 +66,7 @@ def _arrays(catalog: Catalog, rows: pd.DataFrame, batch, context=None) -> Config
         "context_tokens": np.nan if context is None else np.asarray(context, float) * np.ones(len(rows)),
     })
     c, _ = config_arrays(catalog, frame)
-    return memory.attention_dp_arrays(c, rows["attention_dp"].to_numpy(float))
+    return layout_arrays(c, rows)   # issue 14: ep and attention DP in the serving model (serving/moe.py)
 
 
 def row_arrays(catalog: Catalog, rows: pd.DataFrame) -> ConfigArrays:

@@ -6,7 +6,7 @@ its prefill/decode layout from the row and its notes (:func:`disagg_layouts`);
 :func:`predict_disagg_rows` predicts every row with the closed loop of
 :func:`pd_closed_loop`; :func:`score_disagg_rows` gives the absolute percentage errors.
 ``benchmarks/bench_accuracy_disagg.py`` prints coverage and median APE per metric family.
-The model and the figures: ``docs/serving-model.md`` section 13.4.
+The model and the figures: ``docs/serving-model.md`` section 14.4.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from planner.accuracy_loads import (CLOSED_LOOP_ITERATIONS, RHO_CAP, Harness, mi
 from planner.accuracy_rows import FAMILIES, prepare_rows
 from planner.configs import config_arrays
 from planner.serving import memory
-from planner.serving.memory import attention_dp_arrays, engine_memory_params
+from planner.serving.memory import engine_memory_params
 from planner.serving.arrays import ConfigArrays
 from planner.serving.disagg import prefill_queue, scale_out_bytes_per_s
 from planner.serving.params import ServingParams
@@ -121,7 +121,8 @@ def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
         "batch": 1.0, "prompt_tokens": rows["prompt_tokens"].to_numpy(float),
         "output_tokens": rows["output_tokens"].to_numpy(float), "context_tokens": np.nan})
     c, _ = config_arrays(catalog, frame)
-    return attention_dp_arrays(c, rows[f"{prefix}_attention_dp"].to_numpy(float))
+    dp = rows[f"{prefix}_attention_dp"].to_numpy(float)
+    return c.replace(attention_dp=np.where(dp > 1.0, dp, 0.0))  # the layout terms of serving/moe.py
 
 
 def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,

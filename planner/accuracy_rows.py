@@ -85,9 +85,11 @@ def _note_int(notes: pd.Series, key: str) -> pd.Series:
 
 def _attention_dp(df: pd.DataFrame) -> pd.Series:
     """Attention data-parallel ranks: AIC's ``attention_dp_size``, or the whole TP group
-    where the notes say attention DP is on (``tp='8 (EP8, attention DP)'``)."""
+    where the notes say attention DP is on (``tp='8 (EP8, attention DP)'``, InferenceX
+    ``attention data-parallel (dp-attention)``)."""
     aic = _note_int(df["notes"], "attention_dp_size")
-    text = df["notes"].str.contains("attention DP|attention data parallelism", case=False, regex=True)
+    text = df["notes"].str.contains("attention DP|attention data parallelism|attention data-parallel", case=False,
+                                    regex=True)   # the last: InferenceX "attention data-parallel (dp-attention)"
     return aic.where(aic.notna(), np.where(text, df["tp"], 1.0)).fillna(1.0).clip(lower=1.0)
 
 

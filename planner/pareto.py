@@ -444,8 +444,11 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, params: ProblemPar
 
         _JOBS[:] = jobs
         try:
-            with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            with multiprocessing.get_context("fork").Pool(min(workers, len(jobs)),
+                                                          initializer=_default_signals) as pool:
                 parts = pool.map(_sweep_in_child, range(len(jobs)))
+                pool.close()  # idle workers exit on their own; terminate() is only the error path
+                pool.join()
         finally:
             _JOBS.clear()
     else:
@@ -456,6 +459,22 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, params: ProblemPar
     out = pd.DataFrame(rows).sort_values(["metric", "front", "target_s"], kind="stable", ignore_index=True)
     out.attrs.update(name="pareto", unit="USD/h")
     return out
+
+
+def _default_signals() -> None:
+    """Pool initializer: the children drop the planner's signal handlers (planner.interrupt).
+
+    A forked child inherits the handler that turns SIGTERM into an exception; a child
+    interrupted that way while it holds the pool's queue lock left the lock held and the
+    parent waiting forever. With the default handlers a signalled child just ends, and
+    the parent, which keeps its handlers, reports the interruption.
+    """
+    import signal
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group: the parent decides
 
 
 def _default_processes(jobs: int, points: int, gpu_fronts) -> int:

@@ -120,6 +120,13 @@ def _reject_keys(mapping: dict, is_bad, message: str) -> dict:
     return mapping
 
 
+#: Per-key rules of the problem's top-level mappings: field -> (a value is bad if, error message).
+_PER_KEY_RULES = {
+    "inventory": (lambda n: n < 0, "must be >= 0 GPUs ({keys})"),
+    "prices": (lambda x: not x > 0, "prices must be > 0 USD per GPU-hour ({keys})"),
+}
+
+
 class CapacityRow(Strict):
     """A measured capacity (Mélange-style): requests/s one replica carries per workload."""
 
@@ -222,15 +229,10 @@ class ProblemSpec(Strict):
             raise ValueError("give at least one workload")
         return v
 
-    @field_validator("inventory")
+    @field_validator(*_PER_KEY_RULES)
     @classmethod
-    def _inventory(cls, v):
-        return _reject_keys(v, lambda n: n < 0, "must be >= 0 GPUs ({keys})")
-
-    @field_validator("prices")
-    @classmethod
-    def _prices(cls, v):
-        return _reject_keys(v, lambda x: not x > 0, "prices must be > 0 USD per GPU-hour ({keys})")
+    def _per_key_rules(cls, v, info):
+        return _reject_keys(v, *_PER_KEY_RULES[info.field_name])
 
 
 class ResolvedWorkload(Strict):

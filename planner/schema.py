@@ -94,6 +94,8 @@ class Strict(BaseModel):
 CatalogId = str
 
 LinkKind = Literal["nvlink", "infinity-fabric", "pcie", "ethernet", "none"]
+#: Scale-out network between scale-up domains (catalogs/gpus.yaml, issue 14).
+ScaleOutLink = Literal["infiniband", "roce", "efa", "ethernet"]
 MathUnit = Literal["bf16", "fp8", "int8", "fp4"]
 
 
@@ -117,6 +119,12 @@ class GpuSpec(Strict):
     scale_up_link: LinkKind
     scale_up_gb_per_s_per_direction: float | None = Field(default=None, gt=0)
     max_gpus_per_scale_up_domain: int = Field(ge=1)
+    #: Scale-out network (InfiniBand/RoCE/EFA) of one GPU's NIC(s) to other scale-up domains;
+    #: optional (None: not found), as its per-direction rate in decimal GB/s and the GPUs of
+    #: one node (server or compute tray).
+    scale_out_link: ScaleOutLink | None = None
+    scale_out_gb_per_s_per_direction: float | None = Field(default=None, gt=0)
+    gpus_per_node: int | None = Field(default=None, ge=1)
     tdp_watts: float | None = Field(default=None, gt=0)
     estimate: bool = False
     source: str
@@ -134,6 +142,11 @@ class GpuSpec(Strict):
     def link_bytes_per_s(self) -> float:
         """Scale-up bandwidth per direction; 0 when the GPU has no link to a peer."""
         return (self.scale_up_gb_per_s_per_direction or 0.0) * GIGA
+
+    @property
+    def scale_out_bytes_per_s(self) -> float:
+        """Scale-out bandwidth per GPU and direction; 0 when the catalog has none."""
+        return (self.scale_out_gb_per_s_per_direction or 0.0) * GIGA
 
     def peak_flops_per_s(self, math: MathUnit) -> float | None:
         """Dense peak for a math unit, or None when the GPU lacks it natively."""

@@ -130,17 +130,6 @@ def test_open_loop_below_and_above_capacity(catalog):
     assert np.isinf(unknown["ttft_s"][3])
 
 
-def test_attention_dp_layout(catalog):
-    rows, _ = A.prepare_rows(pd.DataFrame([_row(model="deepseek-v3", gpu="b200", tp=8, num_gpus=8,
-                                                weight_dtype="fp4", kv_dtype="fp8")]), catalog)
-    c = A.row_arrays(catalog, rows)
-    dp = memory.attention_dp_arrays(c, 8.0)
-    assert dp.kv_bytes_per_element[0] == pytest.approx(c.kv_bytes_per_element[0] / 8)  # MLA: one rank's share
-    dense = c.params_total[0] - c.routed_expert_params[0]
-    assert dp.params_total[0] == pytest.approx(c.params_total[0] + 7 * dense)  # dense weights on every rank
-    assert memory.attention_dp_arrays(c, 1.0) is c
-
-
 def test_trtllm_memory_budget_is_a_fraction_of_free_memory(catalog):
     rows, _ = A.prepare_rows(pd.DataFrame([_row(engine="trtllm"), _row(engine="vllm")]), catalog)
     c, p = A.row_arrays(catalog, rows), ServingParams()

@@ -52,14 +52,26 @@ def fraction(text: str) -> float:
 
 # ---------------------------------------------------------------- common flags and inputs
 
-def add_config_args(p, gpu_required=True) -> None:
-    p.add_argument("--model", required=True, help="catalog model id or alias, or a HuggingFace config.json path")
-    if gpu_required:
-        p.add_argument("--gpu", required=True, help="catalog GPU id or alias")
-        p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree N")
-        p.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel stages S")
-    p.add_argument("--quant", default="bf16", help="weight format (bf16, fp8, int4-awq, ...)")
-    p.add_argument("--kv-dtype", default="bf16", help="KV cache dtype (bf16, fp8)")
+def add_config_args(p, gpu_required=True, optional=False) -> None:
+    """--model, --gpu, --tp, --pp, --quant, --kv-dtype (``gpu_required=False``: no --gpu/--tp/--pp).
+
+    ``optional`` (``planner simulate``, whose --timeline mode takes none of them): nothing is
+    required and every default is None, so that the command sees which flags were given; it
+    applies the defaults (1, bf16) itself, as the help says.
+    """
+    required = {} if optional else {"required": True}
+    one, bf16 = ({}, {}) if optional else ({"default": 1}, {"default": "bf16"})
+    default_one = " (default 1)" if optional else ""
+    p.add_argument("--model", **required,
+                   help="catalog model id or alias, or a HuggingFace config.json path")
+    if gpu_required or optional:
+        p.add_argument("--gpu", **required, help="catalog GPU id or alias")
+        p.add_argument("--tp", type=positive_int, **one, help="tensor-parallel degree N" + default_one)
+        p.add_argument("--pp", type=positive_int, **one, help="pipeline-parallel stages S" + default_one)
+    formats = (("(default bf16)", "(default bf16)") if optional
+               else ("(bf16, fp8, int4-awq, ...)", "(bf16, fp8)"))
+    p.add_argument("--quant", **bf16, help=f"weight format {formats[0]}")
+    p.add_argument("--kv-dtype", **bf16, help=f"KV cache dtype {formats[1]}")
 
 
 def add_efficiency_args(p, calibration: bool = False) -> None:

@@ -8,6 +8,7 @@ import math
 from planner.cli.helpers import (
     EXIT_OK,
     UsageError,
+    add_config_args,
     add_efficiency_args,
     catalog_from,
     efficiency_overrides,
@@ -77,12 +78,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "or with --timeline the seed's static vs continuous scheduler timeline.")
     p.add_argument("--timeline", action="store_true",
                    help="the seed's toy timeline: unit step cost, no prefill, static vs continuous")
-    p.add_argument("--model", help="catalog model id or alias, or a HuggingFace config.json path")
-    p.add_argument("--gpu", help="catalog GPU id or alias")
-    p.add_argument("--tp", type=positive_int, help="tensor-parallel degree N (default 1)")
-    p.add_argument("--pp", type=positive_int, help="pipeline-parallel stages S (default 1)")
-    p.add_argument("--quant", help="weight format (default bf16)")
-    p.add_argument("--kv-dtype", help="KV cache dtype (default bf16)")
+    add_config_args(p, optional=True)
     p.add_argument("--max-batch", type=positive_int,
                    help=f"slots: most running requests (default {DEFAULT_MAX_BATCH}; "
                         f"timeline {TIMELINE_DEFAULTS['max_batch']})")

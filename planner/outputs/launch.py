@@ -13,15 +13,16 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 
 import pandas as pd
 import yaml
 
 from planner import dimensions
+from planner.outputs import launch_roles
+from planner.outputs.flag_lists import (  # noqa: F401  (re-exported: launch.flag_list, ...)
+    FLAG_DIR, engine_version, flag_list, flag_list_header, used_flags)
 
 ENGINES = ("vllm", "sglang", "trtllm")
-FLAG_DIR = Path(__file__).resolve().parent / "engine_flags"
 #: max model length covers this quantile of prompt + output tokens of the served workloads.
 MAX_LEN_QUANTILE = 0.999
 #: ... rounded up to a multiple of this many tokens, and capped at the model's context.
@@ -44,8 +45,9 @@ UNQUANTIZED = frozenset(WEIGHT_DTYPE)
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "habana.ai/gaudi"}
 #: Container image of the vLLM server per vendor (pin the tag your cluster runs).
 VLLM_IMAGE = {"nvidia": "vllm/vllm-openai:v0.11.0", "amd": "rocm/vllm:latest"}
-#: GPUs of a typical server; a replica above it runs as a LeaderWorkerSet of several pods.
-GPUS_PER_NODE = 8
+#: GPUs of a typical server where the GPU catalog gives none; a replica above a node's GPUs
+#: runs as a LeaderWorkerSet of several pods (the node count: ``launch_roles.nodes``).
+GPUS_PER_NODE = launch_roles.DEFAULT_GPUS_PER_NODE
 #: Kubernetes object names: DNS-1123 labels of at most this many characters ...
 K8S_NAME_MAX_CHARS = 63
 #: ... and, when a name is truncated to fit, this many hex digits of its SHA-1 keep it unique.
@@ -62,44 +64,6 @@ HF_CACHE_PATH = "/root/.cache/huggingface"
 #: example at docs.vllm.ai/en/latest/deployment/frameworks/lws.html.
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
-
-
-@cache
-def flag_list(engine: str) -> frozenset[str]:
-    """The documented flags of an engine (``engine_flags/<engine>.txt``)."""
-    lines = (FLAG_DIR / f"{engine}.txt").read_text(encoding="utf-8").splitlines()
-    return frozenset(s for s in (line.strip() for line in lines) if s.startswith("--"))
-
-
-@cache
-def flag_list_header(engine: str) -> tuple[str, ...]:
-    """The header comment of an engine's flag list: version and citation lines."""
-    lines = (FLAG_DIR / f"{engine}.txt").read_text(encoding="utf-8").splitlines()
-    out = []
-    for line in lines:
-        if not line.startswith("#"):
-            break
-        out.append(line.lstrip("# ").rstrip())
-    return tuple(out)
-
-
-def engine_version(engine: str) -> str:
-    """The ``Engine version:`` line of an engine's flag list."""
-    for line in flag_list_header(engine):
-        if line.startswith("Engine version:"):
-            return line.removeprefix("Engine version:").strip()
-    return "unknown"
-
-
-def used_flags(script: str) -> list[str]:
-    """Flags (``--name``) a generated script or command passes, comments excluded."""
-    flags = []
-    for line in script.splitlines():
-        if line.lstrip().startswith("#"):
-            continue
-        tokens = shlex.split(line.rstrip().removesuffix("\\"), comments=True)
-        flags += [t.split("=", 1)[0] for t in tokens if t.startswith("--")]
-    return flags
 
 
 @cache
@@ -173,10 +137,16 @@ class LaunchSettings:
     workloads: tuple[str, ...]
     #: engine -> why catalogs/engines.yaml has no support for this GPU, format and KV dtype.
     engine_unsupported: dict = field(default_factory=dict)
+    #: ep, attention DP, role, pool and GPUs per node (``launch_roles``; defaults: none).
+    roles: launch_roles.RoleSettings = field(default_factory=launch_roles.RoleSettings)
 
     @property
     def gpus_per_replica(self) -> int:
         return dimensions.gpus_per_replica(self)
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.roles.gpus_per_node
 
     @property
     def quantized(self) -> bool:
@@ -247,6 +217,7 @@ def launch_settings(problem, candidates: pd.DataFrame, deployment: pd.Series, ro
         kv_cache_free_memory_fraction=kv_fraction,
         chunked_prefill_tokens=max(int(params.prefill_chunk_tokens), max_batch),
         replicas=int(deployment["replicas"]), workloads=tuple(served), engine_unsupported=unsupported,
+        roles=launch_roles.role_settings(deployment, gpu),
     )
 
 
@@ -260,7 +231,7 @@ def unsupported_reason(s: LaunchSettings, engine: str) -> str | None:
         return f"the catalog names no {engine} quantization method for {s.quantization}"
     if s.kv_cache_dtype not in KV_CACHE_DTYPE[engine]:
         return f"no {engine} KV-cache dtype for {s.kv_cache_dtype}"
-    return None
+    return launch_roles.unsupported_reason(s, engine)
 
 
 def needs_quantized_checkpoint(s: LaunchSettings, engine: str) -> bool:
@@ -296,6 +267,7 @@ def engine_args(s: LaunchSettings, engine: str) -> list[tuple[str, str | None]]:
                 ("--host", "0.0.0.0"), ("--port", SERVER_PORT)]
     else:
         raise ValueError(f"unknown engine '{engine}'")
+    args = launch_roles.engine_role_args(s, engine, args)
     optional = ("--dtype", "--quantization")  # omitted when they have no value
     return [(f, None if v is None else str(v)) for f, v in args if not (v is None and f in optional)]
 
@@ -303,7 +275,8 @@ def engine_args(s: LaunchSettings, engine: str) -> list[tuple[str, str | None]]:
 def trtllm_extra_options(s: LaunchSettings) -> str:
     """The ``--extra_llm_api_options`` YAML of TensorRT-LLM (KV-cache dtype and fraction)."""
     body = {"kv_cache_config": {"dtype": KV_CACHE_DTYPE["trtllm"][s.kv_cache_dtype],
-                                "free_gpu_memory_fraction": s.kv_cache_free_memory_fraction}}
+                                "free_gpu_memory_fraction": s.kv_cache_free_memory_fraction},
+            **launch_roles.trtllm_role_options(s)}
     head = ("# TensorRT-LLM LLM-API options for trtllm-serve --extra_llm_api_options "
             "(tensorrt_llm/llmapi/llm_args.py KvCacheConfig).\n")
     return head + yaml.safe_dump(body, sort_keys=False)
@@ -352,6 +325,7 @@ def shell_script(s: LaunchSettings, engine: str, context: str = "") -> str:
         head.append(_comment(f"# Quantization {s.quantization} needs a pre-quantized checkpoint"
                              + (" (TensorRT-LLM reads the method from its hf_quant_config.json)."
                                 if engine == "trtllm" else ".")))
+    head += [_comment(line) if line.startswith("#") else line for line in launch_roles.script_lines(s, engine)]
     head.append(_model_line(s, engine))
     if engine == "trtllm":
         head.append('cd "$(dirname "$0")"  # trtllm-extra.yaml sits next to this script')
@@ -359,13 +333,14 @@ def shell_script(s: LaunchSettings, engine: str, context: str = "") -> str:
               '--model-path "$MODEL"', "trtllm": 'exec trtllm-serve "$MODEL"'}[engine]
     lines = [prefix] + [f"  {f}" + (f" {shlex.quote(v)}" if v is not None else "")
                         for f, v in engine_args(s, engine)]
+    lines += [f"  {f} {word}" for f, word in launch_roles.node_args(s, engine)]
     return "\n".join(head) + "\n" + " \\\n".join(lines) + "\n"
 
 
 def _vllm_container(s: LaunchSettings, name: str, command: list[str], args: list[str]) -> dict:
     """A vLLM container with the GPU limit, the model env, the HF token and the model cache."""
     resource = GPU_RESOURCE.get(s.vendor)
-    limits = {resource: min(s.gpus_per_replica, GPUS_PER_NODE)} if resource else {}
+    limits = {resource: min(s.gpus_per_replica, s.gpus_per_node)} if resource else {}
     model = s.hf_repo if s.hf_repo and not needs_quantized_checkpoint(s, "vllm") else \
         f"REPLACE-WITH-{s.quantization}-CHECKPOINT-OF-{s.hf_repo or s.model}"
     secret, key = HF_TOKEN_SECRET
@@ -400,7 +375,7 @@ def k8s_objects(s: LaunchSettings) -> list[dict]:
     replica, vLLM over Ray), then a Service in front of the serving pods."""
     labels = {"app": s.name, "planner/model": _label_value(s.model), "planner/gpu": _label_value(s.gpu)}
     probe = {"httpGet": {"path": "/health", "port": SERVER_PORT}, "periodSeconds": 10}
-    if s.gpus_per_replica <= GPUS_PER_NODE:
+    if s.gpus_per_replica <= s.gpus_per_node:
         container = _vllm_container(s, "vllm", ["vllm"], ["serve", "$(MODEL)", *_vllm_args(s)])
         container["readinessProbe"] = probe
         workload = {
@@ -412,7 +387,7 @@ def k8s_objects(s: LaunchSettings) -> list[dict]:
         }
         selector = {"app": s.name}
     else:
-        nodes = math.ceil(s.gpus_per_replica / GPUS_PER_NODE)
+        nodes = launch_roles.nodes(s)
         serve = " ".join(["vllm", "serve", '"$MODEL"', *(shlex.quote(a) for a in _vllm_args(s))])
         leader = _vllm_container(s, "vllm-leader", ["sh", "-c"], [
             f"bash {MULTI_NODE_SCRIPT} leader --ray_cluster_size=$(LWS_GROUP_SIZE) && exec {serve}"])
@@ -451,13 +426,18 @@ def k8s_manifest(s: LaunchSettings) -> str:
              f"# Service '{s.name}' exposes the OpenAI-compatible API on port {SERVER_PORT}."]
     if kind == "LeaderWorkerSet":
         notes.append(f"# One replica spans {s.gpus_per_replica} GPUs: a LeaderWorkerSet group of "
-                     f"{objects[0]['spec']['leaderWorkerTemplate']['size']} pods x {GPUS_PER_NODE} GPUs, "
+                     f"{objects[0]['spec']['leaderWorkerTemplate']['size']} pods x {s.gpus_per_node} GPUs, "
                      "vLLM over Ray (install the LeaderWorkerSet controller: github.com/kubernetes-sigs/lws).")
     if GPU_RESOURCE.get(s.vendor) is None:
         notes.append(f"# No known Kubernetes GPU resource for vendor '{s.vendor}': set resources.limits.")
     if needs_quantized_checkpoint(s, "vllm"):
         notes.append("# Set env MODEL to a pre-quantized checkpoint (see the value).")
     return "\n".join(notes) + "\n" + yaml.safe_dump_all(objects, sort_keys=False, width=1000)
+
+
+def deployment_folder(index: int, deployment) -> str:
+    """The ``launch/`` folder of a plan's deployment: ``NN-<model>-<gpu>-<candidate_id>``."""
+    return f"{index:02d}-{_slug(deployment['model'])}-{deployment['gpu']}-{deployment['candidate_id']}"
 
 
 def launch_files(result) -> dict[str, str]:
@@ -483,7 +463,7 @@ def launch_files(result) -> dict[str, str]:
         for i, (_, dep) in enumerate(plan.deployments.iterrows(), start=1):
             s = launch_settings(result.problem, result.candidates, dep, plan.routing, index=i,
                                 params=result.params.base)
-            sub = f"{i:02d}-{_slug(dep['model'])}-{dep['gpu']}-{dep['candidate_id']}"
+            sub = deployment_folder(i, dep)
             skipped = {e: why for e in ENGINES if (why := unsupported_reason(s, e))}
             for engine in ENGINES:
                 if engine not in skipped:  # launch settings only for supported combinations

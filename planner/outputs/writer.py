@@ -203,7 +203,7 @@ PARETO_COLUMNS = ["front", "metric", "target_s", "status", "usd_per_hour", "usd_
 
 def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
     """Every output file of a solve, in memory, and the run record (without timestamps)."""
-    from planner.outputs import launch, plots, report
+    from planner.outputs import launch_pools, plots, report
     from planner.outputs.result_json import result_to_dict
 
     doc = result_to_dict(result)
@@ -216,7 +216,7 @@ def solve_files(result) -> tuple[dict[str, bytes | str], dict]:
     }
     images = plots.render_plots(result, doc)
     files.update(images)
-    launch_tree = launch.launch_files(result)
+    launch_tree = launch_pools.launch_files(result)
     files.update({f"launch/{rel}": text for rel, text in launch_tree.items()})
     blocks = report.build_blocks(result, doc, launch_tree)
     files["report.md"] = report.render_markdown(blocks)

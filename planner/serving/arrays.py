@@ -25,6 +25,13 @@ class ConfigArrays:
     Configuration columns
         tp, pp, weight_bytes_per_param, kv_bytes_per_element, batch (sequences per
         decode step), prompt_tokens, output_tokens, context_tokens (mean decode context).
+    Layout columns (issue 14, :mod:`planner.serving.moe`; the defaults are the dense layout
+    and leave every number unchanged)
+        ep: expert-parallel group size inside the tp GPUs of a stage (1: experts split by
+        TP); attention_dp: attention data-parallel ranks per stage (0 or 1: off; ``True``
+        means tp ranks, SGLang's ``--enable-dp-attention`` with dp = tp);
+        domain_gpus (GPUs per scale-up domain, inf: unbounded) and scale_out_bytes_per_s
+        (per GPU and direction, 0: none), from the GPU catalog.
     """
 
     n_layers: np.ndarray
@@ -53,8 +60,14 @@ class ConfigArrays:
     prompt_tokens: np.ndarray
     output_tokens: np.ndarray
     context_tokens: np.ndarray
+    ep: np.ndarray = 1.0
+    attention_dp: np.ndarray = 0.0
+    domain_gpus: np.ndarray = np.inf
+    scale_out_bytes_per_s: np.ndarray = 0.0
 
     def __post_init__(self):
+        if np.asarray(self.attention_dp).dtype == bool:   # True: attention DP over the tp ranks
+            object.__setattr__(self, "attention_dp", np.where(self.attention_dp, self.tp, 0.0))
         for f in fields(self):
             object.__setattr__(self, f.name, np.asarray(getattr(self, f.name), dtype=float))
 
@@ -77,7 +90,8 @@ class ConfigArrays:
 MODEL_COLUMNS = ("n_layers", "hidden_size", "n_kv_heads", "head_dim", "params_total",
                  "params_active", "routed_expert_params", "num_experts", "experts_per_token",
                  "kv_elems_per_token_layer", "kv_split_by_tp", "window_layers", "window_tokens")
-GPU_COLUMNS = ("memory_bytes", "bandwidth_bytes_per_s", "link_bytes_per_s", "link_kind")
+GPU_COLUMNS = ("memory_bytes", "bandwidth_bytes_per_s", "link_bytes_per_s", "link_kind", "domain_gpus",
+               "scale_out_bytes_per_s")
 
 
 def model_columns(model) -> dict:
@@ -104,6 +118,7 @@ def gpu_columns(gpu) -> dict:
     return {
         "memory_bytes": gpu.memory_bytes, "bandwidth_bytes_per_s": gpu.memory_bandwidth_bytes_per_s,
         "link_bytes_per_s": gpu.link_bytes_per_s, "link_kind": kind,
+        "domain_gpus": gpu.max_gpus_per_scale_up_domain, "scale_out_bytes_per_s": gpu.scale_out_bytes_per_s,
     }
 
 

@@ -1,7 +1,7 @@
 """Disaggregated prefill/decode serving: p95 TTFT and TPOT of a prefill pool feeding a decode pool.
 
 Analytic and vectorized over configurations, like :mod:`planner.serving.queueing`
-(equations: ``docs/serving-model.md``, section 13). A deployment is a prefill pool of n_p
+(equations: ``docs/serving-model.md``, section 14). A deployment is a prefill pool of n_p
 replicas of one configuration and a decode pool of n_d replicas of another (possibly on
 another GPU type), linked by the scale-out network:
 

@@ -7,7 +7,7 @@ from dataclasses import fields
 import numpy as np
 
 from planner.dimensions import gpus_per_replica
-from planner.serving import economics, memory, roofline
+from planner.serving import economics, memory, moe, roofline
 from planner.serving.arrays import ConfigArrays
 from planner.serving.fused import fused_evaluate, latency_outputs
 from planner.serving.params import ServingParams
@@ -51,6 +51,8 @@ def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=Non
     :mod:`planner.serving.fused`, which computes shared intermediates once and equals
     :func:`evaluate_reference` bit for bit.
     """
+    if moe.has_layout(c):   # issue 14: expert parallelism / attention DP (the fused pass has neither)
+        return evaluate_reference(c, p, users, usd_per_gpu_hour)
     rows = _block_rows(c, p, users, usd_per_gpu_hour)
     if rows is None or rows <= BLOCK_ROWS:
         return fused_evaluate(c, p, users, usd_per_gpu_hour)

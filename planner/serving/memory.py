@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.serving import moe
 from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
 
@@ -16,8 +17,10 @@ TRTLLM_FREE_MEMORY_FRACTION = 0.9
 
 
 def weights_bytes(c: ConfigArrays) -> np.ndarray:
-    """M_w = P * w [bytes], the whole model's weights."""
-    return c.params_total * c.weight_bytes_per_param
+    """M_w = P * w [bytes], the whole model's weights (with attention DP: as one replica
+    stores them, :func:`planner.serving.moe.weights_bytes`)."""
+    plain = c.params_total * c.weight_bytes_per_param
+    return moe.weights_bytes(c, plain) if moe.has_layout(c) else plain   # issue 14: attention DP
 
 
 def weights_bytes_per_gpu(c: ConfigArrays) -> np.ndarray:
@@ -60,7 +63,8 @@ def kv_fraction_per_gpu(c: ConfigArrays) -> np.ndarray:
     """
     layers = np.ceil(c.n_layers / c.pp) / c.n_layers
     heads = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / c.tp) / c.n_kv_heads, 1.0)
-    return layers * heads
+    plain = layers * heads
+    return moe.kv_fraction_per_gpu(c, plain) if moe.has_layout(c) else plain   # issue 14: attention DP
 
 
 def kv_budget_bytes_per_gpu(c: ConfigArrays, p: ServingParams) -> np.ndarray:
@@ -75,29 +79,6 @@ def max_concurrency(c: ConfigArrays, p: ServingParams, context_tokens=None) -> n
     with np.errstate(divide="ignore", invalid="ignore"):
         n = np.floor(np.where(per_gpu > 0, budget / per_gpu, np.inf))
     return np.maximum(n, 0.0)
-
-
-def attention_dp_arrays(c: ConfigArrays, attention_dp) -> ConfigArrays:
-    """The layout with attention data parallelism over ``attention_dp`` ranks.
-
-    Notes
-    -----
-    With D attention-DP ranks inside the N GPUs of a stage, each rank holds the KV of its
-    own b/D sequences over an attention TP group of N/D GPUs, and the dense (non-expert)
-    weights are replicated D times. Expressed on the model's columns: the KV bytes per
-    element are scaled by (ceil(n_kv/(N/D))/n_kv) / (D f_kv), f_kv the plain-TP share
-    (MLA: 1/D), and the dense parameters are counted D times in ``params_total``.
-    """
-    d = np.asarray(attention_dp, dtype=float)
-    if not np.any(d > 1):
-        return c
-    attn_tp = np.maximum(c.tp / d, 1.0)
-    plain = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / c.tp) / c.n_kv_heads, 1.0)
-    split = np.where(c.kv_split_by_tp > 0, np.ceil(c.n_kv_heads / attn_tp) / c.n_kv_heads, 1.0)
-    kv_scale = split / (d * plain)
-    dense = c.params_total - c.routed_expert_params
-    return c.replace(kv_bytes_per_element=c.kv_bytes_per_element * kv_scale,
-                     params_total=c.params_total + dense * (d - 1.0))
 
 
 def engine_memory_params(c: ConfigArrays, p: ServingParams, engines) -> ServingParams:

@@ -47,6 +47,19 @@ class ServingParams:
     #: and attention kernels reach a different fraction of peak than the decode-side math
     #: (1 in the seeds: one efficiency for both; calibrated per engine).
     prefill_compute_factor: float = 1.0
+    #: Expert load imbalance under expert parallelism (ep > 1): tokens routed to the most
+    #: loaded EP rank / the mean (its expert FLOPs and expert weight reads scale by this; the
+    #: step waits for that rank). 1.0: balanced, as engines with a load balancer aim for
+    #: (DeepSeek EPLB, SGLang/TensorRT-LLM redundant experts); no published per-deployment
+    #: figure for the reference rows, so the seed value assumes balance (docs/serving-model.md
+    #: section 13). Only rows with ep > 1 use it.
+    expert_load_imbalance: float = 1.0
+    #: Bytes per hidden element of the expert-parallel all-to-all dispatch (BF16: 2; DeepEP's
+    #: FP8 dispatch: about 1). The combine returns BF16 activations (``activation_bytes``).
+    dispatch_bytes_per_element: float = 2.0
+    #: Fixed latency of one all-to-all that leaves the scale-up domain (scale-out RDMA); the
+    #: seed's slow-link latency (20 us). Inside the domain the all-reduce latency applies.
+    scale_out_latency_s: float = 20.0 * MICROSECONDS
 
     def with_overrides(self, **overrides) -> "ServingParams":
         """A copy with some fields replaced; unknown names raise ``TypeError``."""
@@ -56,7 +69,15 @@ class ServingParams:
         return replace(self, **{k: v for k, v in overrides.items() if v is not None})
 
     def as_dict(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every field, except the expert-parallel ones (``LAYOUT_FIELDS``) while they hold
+        their scalar defaults: dense deployments' outputs list the parameters they use."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name in LAYOUT_FIELDS and np.ndim(value) == 0 and value == f.default:
+                continue
+            out[f.name] = value
+        return out
 
     def take(self, rows) -> "ServingParams":
         """The parameters of configuration rows ``rows``: 1-D array fields of more than one
@@ -66,6 +87,10 @@ class ServingParams:
             arr = np.asarray(value)
             out[key] = arr[rows] if arr.ndim == 1 and arr.size > 1 else value
         return replace(self, **out)
+
+
+#: Parameters of the expert-parallel terms (issue 14, :mod:`planner.serving.moe`).
+LAYOUT_FIELDS = ("expert_load_imbalance", "dispatch_bytes_per_element", "scale_out_latency_s")
 
 
 SEED_PARAMS = ServingParams()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from planner.serving import moe
 from planner.serving.arrays import LINK_FAST, ConfigArrays
 from planner.serving.memory import kv_bytes_per_seq, kv_fraction_per_gpu, weights_bytes
 from planner.serving.params import ServingParams
@@ -30,10 +31,14 @@ def expert_read_fraction(c: ConfigArrays, tokens) -> np.ndarray:
     return np.where(moe, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
 
 
-def weight_read_bytes(c: ConfigArrays, tokens) -> np.ndarray:
-    """M_w_read(b): dense part + routed experts * expert_read_fraction(b) [bytes]."""
+def weight_read_bytes(c: ConfigArrays, tokens, p: ServingParams | None = None) -> np.ndarray:
+    """M_w_read(b): dense part + routed experts * expert_read_fraction(b) [bytes] (with ``p``
+    and expert parallelism: the most loaded rank's fraction, docs/serving-model.md section 13)."""
     expert_bytes = c.routed_expert_params * c.weight_bytes_per_param
-    return weights_bytes(c) - expert_bytes + expert_bytes * expert_read_fraction(c, tokens)
+    fraction = expert_read_fraction(c, tokens)
+    if p is not None and moe.has_layout(c):   # issue 14: expert load imbalance
+        fraction = moe.loaded_expert_fraction(c, p, fraction)
+    return weights_bytes(c) - expert_bytes + expert_bytes * fraction
 
 
 def allreduce_latency_s(c: ConfigArrays, p: ServingParams) -> np.ndarray:
@@ -52,7 +57,9 @@ def tp_comm_time_s(c: ConfigArrays, p: ServingParams, tokens) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         transfer = np.where(c.link_bytes_per_s > 0, volume / c.link_bytes_per_s, np.inf)
     t = 2.0 * c.n_layers * (transfer + allreduce_latency_s(c, p))
-    return np.where(n > 1, t, 0.0)
+    t = np.where(n > 1, t, 0.0)
+    # issue 14: attention DP / expert-parallel all-to-all (moe.py)
+    return moe.comm_time_s(c, p, tokens, t, allreduce_latency_s(c, p)) if moe.has_layout(c) else t
 
 
 def pp_hop_time_s(c: ConfigArrays, p: ServingParams, tokens) -> np.ndarray:
@@ -73,10 +80,12 @@ def micro_batch(batch, stages) -> np.ndarray:
     return np.maximum(b / stages, np.minimum(b, 1.0))
 
 
-def decode_flops_per_token(c: ConfigArrays, context_tokens=None) -> np.ndarray:
-    """2 P_act + 4 L d c [FLOP]: weights plus attention over the context."""
+def decode_flops_per_token(c: ConfigArrays, context_tokens=None, p: ServingParams | None = None) -> np.ndarray:
+    """2 P_act + 4 L d c [FLOP]: weights plus attention over the context (with ``p``: the most
+    loaded expert-parallel rank's P_act, :func:`planner.serving.moe.active_params`)."""
     ctx = c.context_tokens if context_tokens is None else context_tokens
-    return 2.0 * c.params_active + 4.0 * c.n_layers * c.hidden_size * ctx
+    active = c.params_active if p is None else moe.active_params(c, p)   # issue 14
+    return 2.0 * active + 4.0 * c.n_layers * c.hidden_size * ctx
 
 
 def decode_times(c: ConfigArrays, p: ServingParams, batch=None, context_tokens=None) -> dict:
@@ -100,8 +109,8 @@ def decode_times(c: ConfigArrays, p: ServingParams, batch=None, context_tokens=N
     ctx = c.context_tokens if context_tokens is None else np.asarray(context_tokens, dtype=float)
     micro = micro_batch(b, c.pp)
     nS = c.tp * c.pp
-    gpu_bytes = weight_read_bytes(c, micro) / nS + micro * kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c)
-    flops = micro * decode_flops_per_token(c, ctx)
+    gpu_bytes = weight_read_bytes(c, micro, p) / nS + micro * kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c)
+    flops = micro * decode_flops_per_token(c, ctx, p)
     t_mem = gpu_bytes / (c.bandwidth_bytes_per_s * p.memory_efficiency)
     t_comp = flops / (nS * c.peak_flops_per_s * p.compute_efficiency)
     t_comm = tp_comm_time_s(c, p, micro) / c.pp
@@ -136,9 +145,9 @@ def prefill_time_s(c: ConfigArrays, p: ServingParams, prompt_tokens=None) -> np.
     With PP the stages run one after the other: the same total work plus hops.
     """
     pt = c.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
-    flops = pt * (2.0 * c.params_active + 2.0 * c.n_layers * c.hidden_size * pt)
+    flops = pt * (2.0 * moe.active_params(c, p) + 2.0 * c.n_layers * c.hidden_size * pt)
     t_comp = flops / (c.tp * c.peak_flops_per_s * p.compute_efficiency * p.prefill_compute_factor)
-    t_mem = weight_read_bytes(c, pt) / (c.tp * c.bandwidth_bytes_per_s * p.memory_efficiency)
+    t_mem = weight_read_bytes(c, pt, p) / (c.tp * c.bandwidth_bytes_per_s * p.memory_efficiency)
     return np.maximum(t_comp, t_mem) + tp_comm_time_s(c, p, pt) + pp_hop_time_s(c, p, pt)
 
 
@@ -180,10 +189,10 @@ class StepModel:
             self.miss = np.where(c.num_experts > 0, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
         self.kv_bytes_per_decoder = kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c) / c.pp
         self.mem_s_per_byte = c.pp / (c.bandwidth_bytes_per_s * p.memory_efficiency)
-        self.decode_flops = decode_flops_per_token(c, ctx)
+        self.decode_flops = decode_flops_per_token(c, ctx, p)
         # Prefill math runs at eta_c * prefill_compute_factor: its FLOPs count 1/factor.
         phi = p.prefill_compute_factor
-        self.prefill_flops_base = 2.0 * c.params_active / phi
+        self.prefill_flops_base = 2.0 * moe.active_params(c, p) / phi
         self.prefill_flops_per_prompt_token = 2.0 * c.n_layers * c.hidden_size / phi
         self.comp_s_per_flop = 1.0 / (nS * c.peak_flops_per_s * p.compute_efficiency)
         one, zero = tp_comm_time_s(c, p, 1.0), tp_comm_time_s(c, p, 0.0)
@@ -195,6 +204,7 @@ class StepModel:
         self.prompt_tokens = c.prompt_tokens
         # Dense models read no routed experts: the expert term is exactly 0 (no power).
         self.has_experts = bool(np.any(self.expert_bytes > 0))
+        self.layout = (c, p) if moe.has_layout(c) else None   # issue 14: expert load imbalance
 
     def time(self, decode_batch, prefill_tokens=0.0, prompt_tokens=None) -> np.ndarray:
         """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
@@ -210,6 +220,8 @@ class StepModel:
         rows = decoders if decode_only else micro_batch(n + t, self.pp)
         read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) if self.has_experts \
             else self.dense_bytes + self.expert_bytes * 0.0
+        if self.layout is not None:   # issue 14: the most loaded EP rank's experts (moe.py)
+            read = self.dense_bytes + self.expert_bytes * moe.loaded_expert_fraction(*self.layout, 1.0 - self.miss ** rows)
         read = read + decoders * self.pp * self.kv_bytes_per_decoder
         t_mem = read * self.mem_s_per_byte
         flops = decoders * self.decode_flops
