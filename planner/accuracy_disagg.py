@@ -31,12 +31,12 @@ MS_PER_S = 1000.0
 #: The layout columns :func:`disagg_layouts` adds: worker counts, GPUs per pipeline stage
 #: (``tp``, attention-DP ranks included), pipeline stages, attention-DP ranks and max batch
 #: per worker (NaN where not recorded), for the prefill (``p_``) and decode (``d_``) pools.
-LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp",
-                  "d_workers", "d_tp", "d_pp", "d_attention_dp", "d_batch")
+LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp", "p_ep",
+                  "d_workers", "d_tp", "d_pp", "d_attention_dp", "d_ep", "d_batch")
 
-_AIC = (r"prefill workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=\d+ batch=\d+; "
-        r"decode workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=\d+ batch=(\d+)")
-_INFERENCEX = r"disagg P: (\d+)x\(tp(\d+)/ep\d+/(dpa|nodpa)\)=(\d+)gpu"
+_AIC = (r"prefill workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=(\d+) batch=\d+; "
+        r"decode workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=(\d+) batch=(\d+)")
+_INFERENCEX = r"disagg P: (\d+)x\(tp(\d+)/ep(\d+)/(dpa|nodpa)\)=(\d+)gpu"
 
 
 def disagg_layouts(df: pd.DataFrame) -> pd.DataFrame:
@@ -44,11 +44,12 @@ def disagg_layouts(df: pd.DataFrame) -> pd.DataFrame:
 
     Notes
     -----
-    * aiconfigurator rows: ``prefill workers=W tp=T pp=P attention_dp=D ...; decode ...
-      batch=B`` in the notes; a worker has T x D GPUs per stage (attention DP inside them)
-      and runs at most B x D sequences (AIC counts ``batch`` per attention-DP rank).
+    * aiconfigurator rows: ``prefill workers=W tp=T pp=P attention_dp=D moe_tp=M moe_ep=E
+      ...; decode ... batch=B`` in the notes; a worker has T x D GPUs per stage (attention
+      DP inside them), expert parallelism E inside them, and runs at most B x D sequences
+      (AIC counts ``batch`` per attention-DP rank).
     * InferenceX rows: ``disagg P: Wx(tpT/epE/dpa)=Ggpu`` gives the prefill pool; the row's
-      ``tp`` is one decode worker, attention DP when the notes say ``attention
+      ``tp`` and ``ep`` are one decode worker's, attention DP when the notes say ``attention
       data-parallel``, and the decode workers are (num_gpus - G) / tp. The max batch is
       not recorded (the KV memory decides).
     * Other rows (the LMSYS decode-only points): no prefill layout, NaN.
@@ -61,23 +62,25 @@ def disagg_layouts(df: pd.DataFrame) -> pd.DataFrame:
     aic = notes.str.extract(_AIC).astype(float)
     ok = aic[0].notna()
     out.loc[ok, "p_workers"], out.loc[ok, "p_tp"] = aic[0], aic[1] * aic[3]
-    out.loc[ok, "p_pp"], out.loc[ok, "p_attention_dp"] = aic[2], aic[3]
-    out.loc[ok, "d_workers"], out.loc[ok, "d_tp"] = aic[4], aic[5] * aic[7]
-    out.loc[ok, "d_pp"], out.loc[ok, "d_attention_dp"] = aic[6], aic[7]
-    out.loc[ok, "d_batch"] = aic[8] * aic[7]
+    out.loc[ok, "p_pp"], out.loc[ok, "p_attention_dp"], out.loc[ok, "p_ep"] = aic[2], aic[3], aic[4]
+    out.loc[ok, "d_workers"], out.loc[ok, "d_tp"] = aic[5], aic[6] * aic[8]
+    out.loc[ok, "d_pp"], out.loc[ok, "d_attention_dp"], out.loc[ok, "d_ep"] = aic[7], aic[8], aic[9]
+    out.loc[ok, "d_batch"] = aic[10] * aic[8]
     ix = notes.str.extract(_INFERENCEX)
     hit = ix[0].notna() & ~ok
     tp = pd.to_numeric(df["tp"], errors="coerce")
     gpus = pd.to_numeric(df["num_gpus"], errors="coerce")
     p_tp = ix[1].astype(float)
     out.loc[hit, "p_workers"], out.loc[hit, "p_tp"], out.loc[hit, "p_pp"] = ix[0].astype(float), p_tp, 1.0
-    out.loc[hit, "p_attention_dp"] = np.where(ix[2] == "dpa", p_tp, 1.0)[hit.to_numpy()]
+    out.loc[hit, "p_attention_dp"] = np.where(ix[3] == "dpa", p_tp, 1.0)[hit.to_numpy()]
+    out.loc[hit, "p_ep"] = ix[2].astype(float)
+    out.loc[hit, "d_ep"] = pd.to_numeric(df["ep"], errors="coerce").fillna(1.0)
     decode_dp = notes.str.split(r"\|\|").str[0].str.contains("attention data-parallel", regex=False)
     out.loc[hit, "d_tp"], out.loc[hit, "d_pp"] = tp, 1.0
     out.loc[hit, "d_attention_dp"] = np.where(decode_dp, tp, 1.0)[hit.to_numpy()]
-    out.loc[hit, "d_workers"] = (gpus - ix[3].astype(float)) / tp
+    out.loc[hit, "d_workers"] = (gpus - ix[4].astype(float)) / tp
     out["layout_problem"] = ""
-    width = ix[3].astype(float) / ix[0].astype(float)
+    width = ix[4].astype(float) / ix[0].astype(float)
     out.loc[hit & (width != p_tp), "layout_problem"] = "prefill GPUs != workers x tp in the recorded layout"
     whole = (out["d_workers"] >= 1) & (out["d_workers"] == np.floor(out["d_workers"]))
     out.loc[hit & ~whole & out["layout_problem"].eq(""), "layout_problem"] = \
@@ -122,7 +125,9 @@ def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
         "output_tokens": rows["output_tokens"].to_numpy(float), "context_tokens": np.nan})
     c, _ = config_arrays(catalog, frame)
     dp = rows[f"{prefix}_attention_dp"].to_numpy(float)
-    return c.replace(attention_dp=np.where(dp > 1.0, dp, 0.0))  # the layout terms of serving/moe.py
+    ep = np.minimum(np.nan_to_num(rows[f"{prefix}_ep"].to_numpy(float), nan=1.0), c.tp)
+    # The layout terms of serving/moe.py: ep inside the tp GPUs, attention DP over D ranks.
+    return c.replace(ep=np.maximum(ep, 1.0), attention_dp=np.where(dp > 1.0, dp, 0.0))
 
 
 def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,

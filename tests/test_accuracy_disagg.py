@@ -31,10 +31,10 @@ def test_layouts_from_the_notes():
                 {"notes": "Decode phase measured alone", "tp": np.nan, "num_gpus": 72}])
     out = disagg_layouts(df)
     # AIC: worker width tp x attention_dp; decode max batch = batch x attention_dp.
-    cols = ["p_workers", "p_tp", "p_attention_dp", "d_workers", "d_tp", "d_attention_dp"]
-    assert out.loc[0, cols + ["d_batch"]].tolist() == [2, 8, 8, 3, 8, 2, 32]
+    cols = ["p_workers", "p_tp", "p_attention_dp", "p_ep", "d_workers", "d_tp", "d_attention_dp", "d_ep"]
+    assert out.loc[0, cols + ["d_batch"]].tolist() == [2, 8, 8, 8, 3, 8, 2, 8, 32]
     # InferenceX: decode workers (32 - 8) / 8 = 3, attention DP over the decode tp.
-    assert out.loc[1, cols].tolist() == [2, 4, 4, 3, 8, 8]
+    assert out.loc[1, cols].tolist() == [2, 4, 4, 4, 3, 8, 8, 1]    # decode ep: the row's (empty: 1)
     assert np.isnan(out.loc[1, "d_batch"]) and out.loc[1, "layout_problem"] == ""
     assert out.loc[2, "layout_problem"].startswith("prefill GPUs != workers x tp")   # 16 GPUs != 2 x 4
     assert np.isnan(out.loc[3, "p_workers"])

@@ -148,6 +148,21 @@ def test_monotone_in_load_replicas_network_and_slos(catalog):
     assert np.isinf(disagg.state_at_rate(d, TRAFFIC, 100.0)["ttft_p95_s"][0])   # overloaded
 
 
+def test_prefill_capacity_at_slo_is_safe_and_pools(catalog):
+    d = pair(catalog)
+    one = float(disagg.prefill_capacity_at_slo(d, TRAFFIC, 0.8)[0])
+    assert 0 < one < float(disagg.pool_capacities(d, TRAFFIC)["prefill_per_s"][0])
+    # A decode pool far from its limits: the pair's TTFT at that rate is the prefill side's
+    # plus at most one decode step, within the SLO once that step is allowed for.
+    wide = d.with_replicas(decode_replicas=8.0)
+    tau = float(disagg.decode_state(wide, TRAFFIC, disagg.decode_slots(wide, TRAFFIC))["tpot_mean_s"][0])
+    safe = float(disagg.prefill_capacity_at_slo(d, TRAFFIC, 0.8, decode_step_s=tau)[0])
+    assert float(disagg.state_at_rate(wide, TRAFFIC, safe)["ttft_p95_s"][0]) <= 0.8
+    two = float(disagg.prefill_capacity_at_slo(d.with_replicas(prefill_replicas=2.0), TRAFFIC, 0.8)[0])
+    assert two > 2 * one                                                # pooling shortens the queue
+    assert float(disagg.prefill_capacity_at_slo(d, TRAFFIC, 0.01)[0]) == 0.0   # below one prefill
+
+
 def test_pool_sizes_for_rate_are_the_smallest(catalog):
     d = pair(catalog)
     rate, slo_ttft, slo_tpot = 20.0, 0.8, 0.03

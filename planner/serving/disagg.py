@@ -379,6 +379,37 @@ def decode_capacity_at_slo(d: DisaggArrays, t: TrafficArrays, slo_tpot_p95_s,
     return np.where(n_star > 0, decode_state(d, t, n_star, model)["rate_per_s"], 0.0)
 
 
+def prefill_capacity_at_slo(d: DisaggArrays, t: TrafficArrays, slo_ttft_p95_s, decode_step_s=0.0,
+                            steps: int = RATE_BISECTION_STEPS) -> np.ndarray:
+    """Largest rate [1/s] the prefill pool (``d.prefill_replicas``) carries within the TTFT SLO.
+
+    The prefill side of :func:`state_at_occupancy`'s TTFT: W_mean + E[S + X] + sqrt((W_95 -
+    W_mean)^2 + (S_95 + X_95 - E[S + X])^2) + request overhead + ``decode_step_s`` (an
+    allowance for the decode side, e.g. one decode step for the step in progress; the slot
+    wait is left out). Bisection on the rate in [0, n_p / E[S]]. With n_p = 1 it is a
+    per-replica capacity that a pool of any size exceeds per replica (pooling shortens the
+    queue): the safe coefficient of a linear model.
+    """
+    svc = prefill_service(d, t)
+    n_p = np.asarray(d.prefill_replicas, dtype=float)
+
+    def ttft(rate):
+        q = prefill_queue(n_p, rate, svc["mean_s"], svc["second_moment_s2"])
+        own_dev = np.maximum(svc["p95_own_s"] - svc["mean_own_s"], 0.0)
+        with np.errstate(invalid="ignore"):
+            return (q["mean_s"] + svc["mean_own_s"] + np.sqrt((q["p95_s"] - q["mean_s"]) ** 2 + own_dev ** 2)
+                    + d.prefill_params.request_overhead_s + decode_step_s)
+
+    shape = np.broadcast_shapes(np.shape(svc["mean_s"]), np.shape(slo_ttft_p95_s))
+    hi = np.broadcast_to(n_p / svc["mean_s"], shape) * (1.0 - RATE_TOLERANCE)
+    lo = np.zeros_like(hi)
+    for _ in range(steps):
+        mid = 0.5 * (lo + hi)
+        ok = ttft(mid) <= slo_ttft_p95_s
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return np.where(ttft(np.zeros_like(lo)) <= slo_ttft_p95_s, lo, 0.0)
+
+
 def pool_sizes_for_rate(d: DisaggArrays, t: TrafficArrays, rate_per_s, slo_ttft_p95_s, slo_tpot_p95_s,
                         max_replicas: int = MAX_POOL_REPLICAS) -> dict:
     """Smallest pools that carry ``rate_per_s`` within the SLOs: how to split a rate.
