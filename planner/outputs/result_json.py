@@ -58,7 +58,10 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
         "workloads": {r.workload: _workload_entry(r, margins) for r in mine.itertuples()},
     }
     out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
-    return {k: v for k, v in out.items() if v is not None}
+    out = {k: v for k, v in out.items() if v is not None}
+    if "role" in out:  # a plan with roles: every deployment names its pool (null: aggregated)
+        out["pool"] = dep.get("pool")
+    return out
 
 
 def _calibration_fields(problem, gpu: str, workloads: dict) -> dict:
@@ -137,12 +140,14 @@ def strip_timings(doc):
 
 def _latency_text(w: dict, margins: dict) -> str:
     """``  p95 TTFT .. ms, p95 TPOT .. ms (.. at confidence Q) ; simulated ..`` for one workload."""
-    if w.get("ttft_p95_s") is None:
+    # a prefill-role deployment has no TPOT, a decode-role one no TTFT of its own
+    shown = [(m, fmt) for m, fmt in (("ttft", ".0f"), ("tpot", ".1f")) if w.get(f"{m}_p95_s") is not None]
+    if not shown:
         return ""
-    text = f"  p95 TTFT {w['ttft_p95_s'] * 1e3:.0f} ms, p95 TPOT {w['tpot_p95_s'] * 1e3:.1f} ms"
-    if w.get("ttft_p95_at_confidence_s") is not None:
-        text += (f" (at confidence {margins['confidence']:g}: {w['ttft_p95_at_confidence_s'] * 1e3:.0f} ms, "
-                 f"{w['tpot_p95_at_confidence_s'] * 1e3:.1f} ms)")
+    text = "  " + ", ".join(f"p95 {m.upper()} {w[f'{m}_p95_s'] * 1e3:{fmt}} ms" for m, fmt in shown)
+    if all(w.get(f"{m}_p95_at_confidence_s") is not None for m, _ in shown):
+        text += (f" (at confidence {margins['confidence']:g}: "
+                 + ", ".join(f"{w[f'{m}_p95_at_confidence_s'] * 1e3:{fmt}} ms" for m, fmt in shown) + ")")
     if w.get("simulated_ttft_p95_s") is not None:
         text += (f"; simulated {w['simulated_ttft_p95_s'] * 1e3:.0f} ms, "
                  f"{w['simulated_tpot_p95_s'] * 1e3:.1f} ms")
@@ -171,7 +176,7 @@ def result_text(result: PlanResult) -> str:
                      + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
         for d in p["deployments"]:
             cfg = (dimensions.label(d, "text") if dimensions.has_settings(d)
-                   else d.get("name", d["candidate_id"]))
+                   else d.get("name", d["candidate_id"])) + (f" (pool {d['pool']})" if d.get("pool") else "")
             quality = d.get("quality")
             rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
                    else f", quality {quality['recovery']:.1%}")
