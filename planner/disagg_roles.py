@@ -5,7 +5,7 @@ configurations, each configuration as a prefill replica and as a decode replica
 (dimension ``role``, :mod:`planner.dimensions`). The optimizer pairs them in pools
 (:mod:`planner.optimize.model`), so a role's capacity per replica must hold whatever the
 other side of the pool is: these are the safe-side, separable bounds of
-``docs/serving-model.md`` section 14.4, from the two-stage model of
+``docs/serving-model.md`` section 14.5, from the two-stage model of
 :mod:`planner.serving.disagg`:
 
 * prefill replica, at the TTFT SLO: the prefill queue of ONE replica (pooling n_p replicas

@@ -15,7 +15,7 @@ candidate's own p95 at its SLO capacity already meets the target its capacity is
 search's (the bisection takes the same steps). At the problem's own SLOs the mixed point
 is the plan's optimum. Targets start at the knee (:func:`knee_target`); each point is warm-
 started with the next looser point's plan (reused outright when it still holds); the two
-metrics' sweeps run in parallel processes when the CPUs allow. Roles: docs/serving-model.md 14.4.
+metrics' sweeps run in parallel processes when the CPUs allow. Roles: docs/serving-model.md 14.5.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     Variables: replicas y_j in [0, U_j], use_j, spare_j, traffic units x_jk in [0, Q_k].
     Constraints: ``serve[k]``: sum_j x_jk = Q_k over the aggregated and prefill-role
     candidates; ``pd_balance[k]``: sum of x_jk over decode-role candidates = the sum over
-    prefill-role ones (disaggregated serving, docs/serving-model.md 14.4);
+    prefill-role ones (disaggregated serving, docs/serving-model.md 14.5);
     ``load[j]``: sum_k a_jk x_jk + L_j spare_j
     <= L_j y_j; ``spare[j,k]``: x_jk <= Q_k spare_j for redundancy workloads;
     ``use_link[j]``: use_j <= y_j <= U_j use_j; ``inventory_gpus[g]``; ``budget_usd_per_hour``;
