@@ -48,9 +48,10 @@ def test_deepseek_with_disaggregation_solves_to_a_proven_optimum(tmp_path):
 def test_disaggregation_only_gives_prefill_and_decode_pools_with_launch_settings(tmp_path):
     # DeepSeek-V3 FP8 does not fit 8 x H100 80 GB: a replica is tp8 pp2 = 16 GPUs, 2 nodes
     out = tmp_path / "out"
-    stdout, _ = run_cli("solve", _problem(tmp_path, "ds-pd", gpus=["h100-sxm"], pp=[1, 2], disaggregation=[True]),
-                        "--no-pareto", "--top", "1", "--out", out)
+    path = _problem(tmp_path, "ds-pd", gpus=["h100-sxm"], pp=[1, 2], disaggregation=[True])
+    stdout, _ = run_cli("solve", path, "--no-pareto", "--top", "1", "--out", out)
     assert "prefill (pool deepseek-v3)" in stdout and "decode (pool deepseek-v3)" in stdout
+    assert "    pool deepseek-v3: " in stdout and "req/s" in stdout.split("    pool deepseek-v3: ")[1]
     doc = run_json("solve", tmp_path / "ds-pd.yaml", "--no-pareto", "--top", "1")
     plan = doc["plans"][0]
     assert {d["role"] for d in plan["deployments"]} == {"prefill", "decode"}
@@ -67,18 +68,20 @@ def test_disaggregation_only_gives_prefill_and_decode_pools_with_launch_settings
 def test_role_capacities_are_safe_for_the_pair(tmp_path):
     """A prefill replica and a decode replica at the smaller of their capacities meet both SLOs
     in the two-stage model (serving/disagg.py), whatever the pairing's KV links."""
-    problem = load_problem(_problem(tmp_path, "ds-cap", gpus=["h200-sxm"], pp=[1], disaggregation=[False, True]))
+    path = _problem(tmp_path, "ds-cap", gpus=["h200-sxm"], pp=[1], disaggregation=[False, True])
+    problem = load_problem(path)
     cands = enumerate_candidates(problem)
     rows = {r: cands[cands["role"] == r].iloc[:1] for r in ("both", "prefill", "decode")}
     cap = {r: float(rows[r]["central_capacity_per_s[chat]"].iloc[0]) for r in rows}
     assert cap["prefill"] > 0 and cap["decode"] > 0
-    assert np.isnan(rows["prefill"]["tpot_p95_s[chat]"].iloc[0]) and np.isnan(rows["decode"]["ttft_p95_s[chat]"].iloc[0])
+    assert np.isnan(rows["prefill"]["tpot_p95_s[chat]"].iloc[0])
+    assert np.isnan(rows["decode"]["ttft_p95_s[chat]"].iloc[0])
     w = problem.workloads[0]
     arrays = workload_arrays(problem, rows["prefill"], w)
     params = serving_params(problem, rows["prefill"])
     traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-    pair = disagg.DisaggArrays(arrays, arrays, params, params,
-                               scale_out_bytes_per_s=disagg.scale_out_bytes_per_s(problem.catalog.gpu("h200-sxm")))
+    link = disagg.scale_out_bytes_per_s(problem.catalog.gpu("h200-sxm"))
+    pair = disagg.DisaggArrays(arrays, arrays, params, params, scale_out_bytes_per_s=link)
     state = disagg.state_at_rate(pair, traffic, min(cap["prefill"], cap["decode"]))
     assert float(state["ttft_p95_s"][0]) <= w.slo.ttft_p95_s
     assert float(state["tpot_p95_s"][0]) <= w.slo.tpot_p95_s * (1 + 1e-6)

@@ -154,6 +154,21 @@ def _latency_text(w: dict, margins: dict) -> str:
     return text
 
 
+def _pool_lines(deployments: list[dict]) -> list[str]:
+    """One line per prefill/decode pool of a plan: its replicas and GPUs per role, its rate."""
+    pools: dict = {}
+    for d in deployments:
+        if d.get("pool"):
+            part = pools.setdefault(d["pool"], {"prefill": [0, 0], "decode": [0, 0], "rate": 0.0})
+            part[d["role"]][0] += d["replicas"]
+            part[d["role"]][1] += d["gpus"]
+            if d["role"] == "prefill":
+                part["rate"] += sum(w["rate_per_s"] for w in d["workloads"].values())
+    return [f"    pool {pool}: {v['prefill'][0]} prefill replicas ({v['prefill'][1]} GPUs) + {v['decode'][0]} "
+            f"decode replicas ({v['decode'][1]} GPUs), {v['rate']:.3g} req/s"
+            for pool, v in sorted(pools.items())]
+
+
 def result_text(result: PlanResult) -> str:
     """A readable summary: status, the ranked plans and their deployments."""
     doc = result_to_dict(result)
@@ -184,6 +199,7 @@ def result_text(result: PlanResult) -> str:
                          f"load {d['load_fraction']:.0%}{rec})")
             for name, w in d["workloads"].items():
                 lines.append(f"          {name}: {w['rate_per_s']:.3g} req/s{_latency_text(w, doc['margins'])}")
+        lines += _pool_lines(p["deployments"])
     if doc["diagnosis"]:
         lines.append("")
         lines.append("infeasible because:")
