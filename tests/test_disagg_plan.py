@@ -43,6 +43,10 @@ def test_deepseek_with_disaggregation_solves_to_a_proven_optimum(tmp_path):
     assert doc["solver"]["objective_usd_per_hour"] == doc["solver"]["best_bound_usd_per_hour"]
     for plan in doc["plans"]:
         _check_pools(plan, 20.0)
+    # the text output of plans that mix aggregated replicas and a pool: one line per pool
+    text, _ = run_cli("solve", tmp_path / "ds-mixed.yaml", "--no-pareto", "--top", "3")
+    pooled = [p for p in doc["plans"] if any(d["pool"] for d in p["deployments"])]
+    assert pooled and text.count("    pool deepseek-v3: ") == len(pooled)
 
 
 def test_disaggregation_only_gives_prefill_and_decode_pools_with_launch_settings(tmp_path):

@@ -60,7 +60,8 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
     out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
     out = {k: v for k, v in out.items() if v is not None}
     if "role" in out:  # a plan with roles: every deployment names its pool (null: aggregated)
-        out["pool"] = dep.get("pool")
+        pool = dep.get("pool")
+        out["pool"] = pool if isinstance(pool, str) else None  # None or NaN in the table
     return out
 
 
