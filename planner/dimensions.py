@@ -81,6 +81,16 @@ class Dimension:
         return fmt.format(self.value(raw))
 
 
+def _searched_roles(disaggregation) -> tuple[str, ...] | None:
+    """The roles a ``search: disaggregation`` list searches: ``both`` for false, ``prefill``
+    and ``decode`` for true; None (not searched: every configuration is ``both``) when the
+    problem gives no list or only false."""
+    values = tuple(disaggregation or ())
+    if not any(values):
+        return None
+    return (("both",) if False in values else ()) + ("prefill", "decode")
+
+
 #: Every dimension of a configuration, in canonical order (ids hash them in this order,
 #: the candidate grid and the plan tables list them in this order).
 DIMENSIONS: tuple[Dimension, ...] = (
@@ -104,6 +114,10 @@ DIMENSIONS: tuple[Dimension, ...] = (
                                  "launch": ", max batch {}"},
               doc="max batch: concurrent sequences (slots) per replica",
               searched=lambda p: p.spec.search.max_batch, noun="batch sizes"),
+    Dimension("role", str, {"pareto": " {}", "table": " {}", "text": " {}", "launch": " ({})"},
+              doc="serving role: both (aggregated), prefill or decode (disaggregated pools)",
+              searched=lambda p: _searched_roles(getattr(p.spec.search, "disaggregation", None)),
+              noun="roles", default="both"),
 )
 
 #: Names of every dimension, in canonical order (the configuration key).

@@ -13,9 +13,9 @@ strong candidate (exact capacity) beats even on those bounds is dropped
 (:func:`_survivors`), and only the survivors' capacities are bisected. Where a
 candidate's own p95 at its SLO capacity already meets the target its capacity is the
 search's (the bisection takes the same steps). At the problem's own SLOs the mixed point
-is the plan's optimum. Targets start at the knee (:func:`knee_target`); each point is
-warm-started with the next looser point's plan (reused outright when it still holds), and
-the two metrics' sweeps run in parallel processes when the CPUs allow.
+is the plan's optimum. Targets start at the knee (:func:`knee_target`); each point is warm-
+started with the next looser point's plan (reused outright when it still holds); the two
+metrics' sweeps run in parallel processes when the CPUs allow. Roles: docs/serving-model.md 14.5.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
 from planner.parameters import ProblemParams
 from planner.planning import planning_instance, usd_per_million_tokens
+from planner.optimize.prune import candidate_roles
 from planner.problem import Problem
 from planner.search import workload_arrays, workload_capacity
 from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve
@@ -94,11 +95,11 @@ class _Curves:
         self.frame = feasible.iloc[self.pool]
         self.names = [w.name for w in problem.workloads]
         self.rows, self.curves = {}, {}
-        self.used: tuple = ()
-        self.optimum = None
+        self.used, self.optimum = (), None
         for w in problem.workloads:
             cap = self.frame[f"capacity_per_s[{w.name}]"].to_numpy(float)
-            pos = np.flatnonzero((self.frame["model"].to_numpy() == w.model) & (cap > 0))
+            both = candidate_roles(self.frame) == "both"  # role rows: no curve (_capacity_bounds)
+            pos = np.flatnonzero((self.frame["model"].to_numpy() == w.model) & (cap > 0) & both)
             if not len(pos):
                 continue
             rows = self.frame.iloc[pos]
@@ -135,7 +136,9 @@ def _capacity_bounds(curves: _Curves, metric: str, target_s: float) -> tuple[np.
     frame = curves.frame
     lo = np.zeros((len(frame), len(curves.names)))
     hi = np.zeros_like(lo)
+    roles = candidate_roles(frame) != "both"  # their capacity at the SLO bounds a tighter target's
     for k, w in enumerate(curves.problem.workloads):
+        hi[roles, k] = frame[f"capacity_per_s[{w.name}]"].to_numpy(float)[roles]
         if w.name not in curves.rows:
             continue
         pos, curve = curves.rows[w.name], curves.curves[w.name]
@@ -183,7 +186,7 @@ def _survivors(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, limited: set
         return idx
     price = frame["usd_per_replica_hour"].to_numpy(float)[idx]
     gpus = frame["gpus"].to_numpy(float)[idx]
-    t = types[idx]
+    t, role = types[idx], candidate_roles(frame)[idx]
     strong = set()
     for k in range(lo.shape[1]):
         for value in (lo[idx, k] / price, lo[idx, k]):
@@ -198,6 +201,7 @@ def _survivors(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, limited: set
         ge = (ls[None, :, :] >= hi[idx[start:stop], None, :]).all(axis=2)
         cheaper = price[s][None, :] <= price[start:stop, None]
         swap = free[None, :] | ((t[s][None, :] == t[start:stop, None]) & (gpus[s][None, :] <= gpus[start:stop, None]))
+        swap &= role[s][None, :] == role[start:stop, None]  # never a prefill or decode replica for another role
         dropped[start:stop] = (ge & cheaper & swap).any(axis=1)
     dropped[s] = False
     return idx[~dropped]

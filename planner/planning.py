@@ -22,7 +22,8 @@ from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
                                            plan_alternatives)
 from planner.optimize.model import build_model
-from planner.optimize.prune import prefilter_dominated
+from planner.disagg_roles import pool_scale_out_bytes_per_s, role_latency
+from planner.optimize.prune import candidate_roles, prefilter_dominated, role_blocks
 from planner.parameters import ProblemParams
 from planner.problem import Problem
 from planner.search import candidates_and_params, problem_params, rejection_counts, workload_arrays
@@ -166,7 +167,7 @@ def planning_instance(problem: Problem, candidates: pd.DataFrame,
         return None
     rows = feasible.loc[capacity.index]
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    keep = capacity.index[prefilter_dominated(rows, capacity, limited)].sort_values()
+    keep = capacity.index[prefilter_dominated(rows, role_blocks(candidate_roles(rows), capacity), limited)].sort_values()
     cands = feasible.loc[keep].rename(columns={"gpus": "gpus_per_replica"})
     cands = cands[["gpu", "gpus_per_replica", "usd_per_replica_hour",
                    *[c for c in CONFIG_COLUMNS + ("name",) if c in cands.columns]]]
@@ -286,9 +287,16 @@ def predicted_latency(problem: Problem, candidates: pd.DataFrame, params: Proble
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
         cap = rows[f"central_capacity_per_s[{w.name}]"].to_numpy()
         equivalent_rate = np.maximum(part["_load"].to_numpy() * cap, part["rate_per_replica_per_s"].to_numpy())
-        state = state_at_rate(workload_arrays(problem, rows, w), params.of(rows), traffic, equivalent_rate)
-        latency.loc[part.index, "ttft_p95_s"] = state["ttft_p95_s"]
-        latency.loc[part.index, "tpot_p95_s"] = state["tpot_p95_s"]
+        roles = candidate_roles(rows)
+        for role in dict.fromkeys(roles):
+            mine = roles == role
+            sub = rows[mine]
+            arrays, sub_params = workload_arrays(problem, sub, w), params.of(sub)
+            state = (state_at_rate(arrays, sub_params, traffic, equivalent_rate[mine]) if role == "both" else
+                     role_latency(role, arrays, sub_params, traffic, equivalent_rate[mine],
+                                  pool_scale_out_bytes_per_s(problem.catalog, problem.gpus)))
+            latency.loc[part.index[mine], "ttft_p95_s"] = state["ttft_p95_s"]
+            latency.loc[part.index[mine], "tpot_p95_s"] = state["tpot_p95_s"]
     out = []
     for i in range(len(plans)):
         mine = rows_all["_plan"] == i
@@ -314,7 +322,18 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
     share = share.groupby(routing["candidate_id"].to_numpy()).sum()
     per = deployments.set_index("candidate_id")
     load = share.reindex(per.index, fill_value=0.0).to_numpy() / per["replicas"].to_numpy(float)
-    return deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load)
+    return with_pools(deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load))
+
+
+def with_pools(deployments: pd.DataFrame) -> pd.DataFrame:
+    """``deployments`` with ``pool`` where they have roles: a pool is the prefill and decode
+    deployments serving one model's disaggregated traffic (the optimizer's ``pd_balance``
+    per workload; a model's workloads share its pool), its id the model id; None for the
+    aggregated (``both``) deployments. Without a ``role`` column: unchanged."""
+    if "role" not in deployments.columns:
+        return deployments
+    pool = np.where(candidate_roles(deployments) == "both", None, deployments["model"].to_numpy(object))
+    return deployments.assign(pool=pool)
 
 
 def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:

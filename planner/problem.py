@@ -103,6 +103,9 @@ class SearchSpace(Strict):
     tp: tuple[int, ...] = DEFAULT_TP
     pp: tuple[int, ...] = DEFAULT_PP
     max_batch: tuple[int, ...] = DEFAULT_MAX_BATCH
+    #: Disaggregated prefill/decode serving: false searches aggregated replicas, true adds
+    #: prefill-role and decode-role replicas (planner.disagg_roles); None: [false].
+    disaggregation: tuple[bool, ...] | None = None
 
     @field_validator("tp", "pp", "max_batch")
     @classmethod
@@ -110,6 +113,13 @@ class SearchSpace(Strict):
         if not v or min(v) < 1:
             raise ValueError("must be a non-empty list of integers >= 1")
         return tuple(sorted(set(v)))
+
+    @field_validator("disaggregation")
+    @classmethod
+    def _bools(cls, v):
+        if v is not None and not v:
+            raise ValueError("must list false, true or both (omit the key for [false])")
+        return v if v is None else tuple(sorted(set(v)))
 
 
 def _reject_keys(mapping: dict, is_bad, message: str) -> dict:

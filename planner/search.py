@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planner import dimensions, parameters
+from planner import dimensions, disagg_roles, parameters
 from planner.configs import config_arrays
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -251,6 +251,9 @@ def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: Se
                                                workload.prefix_cache_hit_fraction)
     tpot = workload.slo.tpot_p95_s if tpot_cap_s is None else min(workload.slo.tpot_p95_s, tpot_cap_s)
     ttft = workload.slo.ttft_p95_s if ttft_cap_s is None else min(workload.slo.ttft_p95_s, ttft_cap_s)
+    roles = dimensions.value_of(rows, "role")
+    if not np.all(np.asarray(roles) == "both"):
+        return _by_role(problem, rows, workload, params, arrays, traffic, ttft, tpot, margins)
     results = {}
 
     def capacity(ttft_slo_s, tpot_slo_s):
@@ -263,6 +266,34 @@ def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: Se
     held = results.get(margins.slos(ttft, tpot), out)
     out.update(max_rate_per_s=planned, central_rate_per_s=out["max_rate_per_s"],
                slo_violated_at_low_load=held["slo_violated_at_low_load"])
+    return out
+
+
+def _by_role(problem: Problem, rows: pd.DataFrame, workload, params: ServingParams, arrays: ConfigArrays,
+             traffic: TrafficArrays, ttft: float, tpot: float, margins: Margins | None) -> dict:
+    """:func:`workload_capacity` of rows with roles: the aggregated rows as there, the
+    prefill-role and decode-role rows by :func:`planner.disagg_roles.role_capacity`."""
+    roles = np.asarray(rows["role"])
+    out: dict = {}
+    scale_out = disagg_roles.pool_scale_out_bytes_per_s(problem.catalog, problem.gpus)
+    for role in ("both", "prefill", "decode"):
+        pos = np.flatnonzero(roles == role)
+        if not len(pos):
+            continue
+        sub, sub_arrays, sub_params = rows.iloc[pos], _take(arrays, pos), parameters.take(params, pos)
+        if role == "both":
+            got = workload_capacity(problem, sub.drop(columns="role"), workload, sub_params, tpot, ttft,
+                                    arrays=sub_arrays, margins=margins)
+        else:
+            got = disagg_roles.role_capacity(role, sub_arrays, sub_params, traffic, workload, ttft, tpot,
+                                             margins or Margins(confidence=0.5, max_load_fraction=1.0),
+                                             scale_out)
+        for key in ("max_rate_per_s", "central_rate_per_s", "ttft_p95_s", "tpot_p95_s",
+                    "slo_violated_at_low_load"):
+            value = np.broadcast_to(np.asarray(got[key]), (len(pos),))
+            if key not in out:
+                out[key] = np.empty(len(rows), dtype=object if key == "slo_violated_at_low_load" else float)
+            out[key][pos] = value
     return out
 
 

@@ -84,7 +84,9 @@ def verify_plans(problem, candidates: pd.DataFrame, params, plans: list) -> list
     ``params``: the problem's serving parameters (:class:`planner.parameters.ProblemParams`).
 
     A deployment that appears in several plans with the same routed rates is simulated
-    once. Measured-capacity problems have nothing to simulate: the columns are NaN.
+    once. Measured-capacity problems have nothing to simulate: the columns are NaN; so are
+    they for the prefill and decode deployments of a pool (the replica simulator runs
+    aggregated replicas; pools: planner/simulate_pd.py).
     """
     memo: dict = {}
     out = []
@@ -95,6 +97,8 @@ def verify_plans(problem, candidates: pd.DataFrame, params, plans: list) -> list
         if not problem.measured:
             replicas = p.deployments.set_index("candidate_id")["replicas"]
             for cid, part in routing.groupby("candidate_id", sort=True):
+                if candidates.loc[cid].get("role", "both") != "both":
+                    continue  # a prefill/decode part of a pool: not one replica of its own (NaN)
                 rates = {w: r / float(replicas[cid]) for w, r in zip(part["workload"], part["rate_per_s"])}
                 key = (cid, tuple(sorted(rates.items())))
                 if key not in memo:

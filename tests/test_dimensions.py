@@ -28,8 +28,10 @@ def _hand_id(config: dict) -> str:
 
 
 def test_the_declaration_is_todays_configuration_key():
-    assert dimensions.NAMES == ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
-    assert dimensions.SETTINGS == ("tp", "pp", "quantization", "kv_cache_dtype", "max_batch")
+    assert dimensions.NAMES == ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch",
+                                "role")
+    assert dimensions.SETTINGS == ("tp", "pp", "quantization", "kv_cache_dtype", "max_batch", "role")
+    assert dimensions.dimension("role").default == "both"  # today's configurations: aggregated
     assert dimensions.dimension("tp").dtype is int
     with pytest.raises(KeyError, match="unknown configuration dimension 'ep'"):
         dimensions.dimension("ep")
@@ -78,7 +80,7 @@ def test_grid_is_the_product_in_canonical_order_and_take_selects_rows():
               "quantization": ["bf16"], "kv_cache_dtype": ["bf16", "fp8"]}
     table = CandidateTable.grid(values)
     assert len(table) == 2 * 2 * 2 * 2
-    assert tuple(table.frame.columns) == dimensions.NAMES
+    assert tuple(table.frame.columns) == tuple(n for n in dimensions.NAMES if n != "role")  # default: absent
     assert table.frame.iloc[:3][["gpu", "tp", "kv_cache_dtype", "max_batch"]].values.tolist() == [
         ["g1", 1, "bf16", 32], ["g1", 1, "bf16", 64], ["g1", 1, "fp8", 32]]
     assert table.ids().is_unique

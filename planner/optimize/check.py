@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from planner.optimize.prune import candidate_roles
+
 if TYPE_CHECKING:   # annotations only: the checker shares no code with the model
     from planner.optimize.instance import PlanningInstance
     from planner.optimize.solve import Plan
@@ -91,10 +93,19 @@ def _check_routing(instance, routing: pd.DataFrame, deployed: set[str]) -> list[
         out.append(f"routing: traffic sent to candidates without replicas {stray}")
     if (routing["rate_per_s"].to_numpy(float) < 0).any():
         out.append("routing: negative rate")
-    served = routing.groupby("workload")["rate_per_s"].sum().reindex(rate.index, fill_value=0.0)
+    roles = pd.Series(candidate_roles(instance.candidates), index=instance.candidates.index)
+    role = roles.reindex(routing["candidate_id"]).fillna("both").to_numpy()
+    # A request is served once by an aggregated or a prefill replica; the decode replicas of
+    # its pool carry exactly the rate the prefill replicas do.
+    served = routing[role != "decode"].groupby("workload")["rate_per_s"].sum().reindex(rate.index, fill_value=0.0)
+    prefilled = routing[role == "prefill"].groupby("workload")["rate_per_s"].sum()
+    decoded = routing[role == "decode"].groupby("workload")["rate_per_s"].sum()
     for workload in rate.index:
         if not np.isclose(served[workload], rate[workload], rtol=RATE_RTOL, atol=0):
             out.append(f"workload {workload}: served {served[workload]} of {rate[workload]} req/s")
+        p, d = prefilled.get(workload, 0.0), decoded.get(workload, 0.0)
+        if not np.isclose(p, d, rtol=RATE_RTOL, atol=0):
+            out.append(f"workload {workload}: prefilled {p} but decoded {d} req/s")
     extra = sorted(set(routing["workload"]) - set(rate.index))
     if extra:
         out.append(f"routing: unknown workloads {extra}")

@@ -10,7 +10,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance
-from planner.optimize.prune import prune_dominated
+from planner.optimize.prune import candidate_roles, prune_dominated, role_blocks
 from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
                                       check_magnitudes, cost_units, limit_cost_units,
                                       replica_upper_bounds, scale_loads)
@@ -100,7 +100,10 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     Notes
     -----
     Variables: replicas y_j in [0, U_j], use_j, spare_j, traffic units x_jk in [0, Q_k].
-    Constraints: ``serve[k]``: sum_j x_jk = Q_k; ``load[j]``: sum_k a_jk x_jk + L_j spare_j
+    Constraints: ``serve[k]``: sum_j x_jk = Q_k over the aggregated and prefill-role
+    candidates; ``pd_balance[k]``: sum of x_jk over decode-role candidates = the sum over
+    prefill-role ones (disaggregated serving, docs/serving-model.md 14.5);
+    ``load[j]``: sum_k a_jk x_jk + L_j spare_j
     <= L_j y_j; ``spare[j,k]``: x_jk <= Q_k spare_j for redundancy workloads;
     ``use_link[j]``: use_j <= y_j <= U_j use_j; ``inventory_gpus[g]``; ``budget_usd_per_hour``;
     ``max_distinct_configs``. Objective: minimize sum_j price_j y_j.
@@ -108,7 +111,8 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     workloads = instance.workloads
     cands = instance.candidates.sort_index()
     cap_frame = instance.capacity_per_s.loc[cands.index, list(workloads)].astype(float)
-    pruned = prune_dominated(cands, cap_frame) if prune else pd.Series(dtype=object, name="dominated_by")
+    pruned = (prune_dominated(cands, role_blocks(candidate_roles(cands), cap_frame)) if prune
+              else pd.Series(dtype=object, name="dominated_by"))
     keep = ~cands.index.isin(pruned.index)
     cands, cap_frame = cands[keep], cap_frame[keep]
     ids = pd.Index(cands.index, name="candidate_id")
@@ -146,9 +150,17 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
                                            f"traffic_units[{ids[j]},{workloads[k]}]")
                          for i, (j, k) in enumerate(zip(rows, cols))], index=pairs, dtype=object)
 
+    role_of = candidate_roles(cands)[rows]
     for k, name in enumerate(workloads):
-        served = [traffic.iloc[i] for i in np.flatnonzero(cols == k)]
+        mine_k = cols == k
+        served = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
         model.add(cp_model.LinearExpr.sum(served) == int(q_arr[k])).with_name(f"serve[{name}]")
+        prefilled = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of == "prefill"))]
+        decoded = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of == "decode"))]
+        if prefilled or decoded:
+            # Every request prefilled by the workload's pool is decoded by it (same traffic units).
+            model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
+                f"pd_balance[{name}]")
     for j, cid in enumerate(ids):
         mine = np.flatnonzero(rows == j)
         load = cp_model.LinearExpr.weighted_sum([traffic.iloc[i] for i in mine],

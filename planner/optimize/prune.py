@@ -6,6 +6,30 @@ import numpy as np
 import pandas as pd
 
 NO_CAPACITY = "<serves no workload>"
+#: Serving roles of a candidate (column ``role``; absent: every candidate is ``both``).
+ROLES = ("both", "prefill", "decode")
+
+
+def candidate_roles(candidates: pd.DataFrame) -> np.ndarray:
+    """The ``role`` of each candidate (``both`` where the table has no such column)."""
+    if "role" not in candidates.columns:
+        return np.full(len(candidates), "both", dtype=object)
+    return candidates["role"].fillna("both").to_numpy(object)
+
+
+def role_blocks(roles: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
+    """The capacities with one block of workload columns per role present: a candidate's
+    capacities sit in its own role's block, zeros elsewhere. Dominance on these columns
+    never lets a prefill-role or decode-role candidate replace one of another role (a
+    prefill replica serves a request only with a decode replica). Without roles other
+    than ``both``: the capacities themselves."""
+    present = [r for r in ROLES if (roles == r).any()]
+    if present == ["both"] or not present:
+        return capacity_per_s
+    cap = capacity_per_s.to_numpy(float)
+    blocks = [np.where((roles == r)[:, None], cap, 0.0) for r in present]
+    columns = [f"{c}@{r}" for r in present for c in capacity_per_s.columns]
+    return pd.DataFrame(np.hstack(blocks), index=capacity_per_s.index, columns=columns)
 
 
 def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:

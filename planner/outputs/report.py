@@ -78,7 +78,7 @@ def _quality(d: dict) -> str:
 def _config(d: dict) -> str:
     if not dimensions.has_settings(d):
         return d.get("name", d["candidate_id"])
-    return dimensions.label(d, "table")
+    return dimensions.label(d, "table") + (f", pool {d['pool']}" if d.get("pool") else "")
 
 
 def _cost_by_gpu(plan: dict) -> dict:

@@ -58,7 +58,11 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
         "workloads": {r.workload: _workload_entry(r, margins) for r in mine.itertuples()},
     }
     out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
-    return {k: v for k, v in out.items() if v is not None}
+    out = {k: v for k, v in out.items() if v is not None}
+    if "role" in out:  # a plan with roles: every deployment names its pool (null: aggregated)
+        pool = dep.get("pool")
+        out["pool"] = pool if isinstance(pool, str) else None  # None or NaN in the table
+    return out
 
 
 def _calibration_fields(problem, gpu: str, workloads: dict) -> dict:
@@ -137,16 +141,33 @@ def strip_timings(doc):
 
 def _latency_text(w: dict, margins: dict) -> str:
     """``  p95 TTFT .. ms, p95 TPOT .. ms (.. at confidence Q) ; simulated ..`` for one workload."""
-    if w.get("ttft_p95_s") is None:
+    # a prefill-role deployment has no TPOT, a decode-role one no TTFT of its own
+    shown = [(m, fmt) for m, fmt in (("ttft", ".0f"), ("tpot", ".1f")) if w.get(f"{m}_p95_s") is not None]
+    if not shown:
         return ""
-    text = f"  p95 TTFT {w['ttft_p95_s'] * 1e3:.0f} ms, p95 TPOT {w['tpot_p95_s'] * 1e3:.1f} ms"
-    if w.get("ttft_p95_at_confidence_s") is not None:
-        text += (f" (at confidence {margins['confidence']:g}: {w['ttft_p95_at_confidence_s'] * 1e3:.0f} ms, "
-                 f"{w['tpot_p95_at_confidence_s'] * 1e3:.1f} ms)")
+    text = "  " + ", ".join(f"p95 {m.upper()} {w[f'{m}_p95_s'] * 1e3:{fmt}} ms" for m, fmt in shown)
+    if all(w.get(f"{m}_p95_at_confidence_s") is not None for m, _ in shown):
+        text += (f" (at confidence {margins['confidence']:g}: "
+                 + ", ".join(f"{w[f'{m}_p95_at_confidence_s'] * 1e3:{fmt}} ms" for m, fmt in shown) + ")")
     if w.get("simulated_ttft_p95_s") is not None:
         text += (f"; simulated {w['simulated_ttft_p95_s'] * 1e3:.0f} ms, "
                  f"{w['simulated_tpot_p95_s'] * 1e3:.1f} ms")
     return text
+
+
+def _pool_lines(deployments: list[dict]) -> list[str]:
+    """One line per prefill/decode pool of a plan: its replicas and GPUs per role, its rate."""
+    pools: dict = {}
+    for d in deployments:
+        if d.get("pool"):
+            part = pools.setdefault(d["pool"], {"prefill": [0, 0], "decode": [0, 0], "rate": 0.0})
+            part[d["role"]][0] += d["replicas"]
+            part[d["role"]][1] += d["gpus"]
+            if d["role"] == "prefill":
+                part["rate"] += sum(w["rate_per_s"] for w in d["workloads"].values())
+    return [f"    pool {pool}: {v['prefill'][0]} prefill replicas ({v['prefill'][1]} GPUs) + {v['decode'][0]} "
+            f"decode replicas ({v['decode'][1]} GPUs), {v['rate']:.3g} req/s"
+            for pool, v in sorted(pools.items())]
 
 
 def result_text(result: PlanResult) -> str:
@@ -171,7 +192,7 @@ def result_text(result: PlanResult) -> str:
                      + f"  {p['gpus']} GPUs " + ", ".join(f"{g}: {n}" for g, n in p["gpus_by_type"].items()))
         for d in p["deployments"]:
             cfg = (dimensions.label(d, "text") if dimensions.has_settings(d)
-                   else d.get("name", d["candidate_id"]))
+                   else d.get("name", d["candidate_id"])) + (f" (pool {d['pool']})" if d.get("pool") else "")
             quality = d.get("quality")
             rec = ("" if quality is None else ", quality unverified" if quality["recovery"] is None
                    else f", quality {quality['recovery']:.1%}")
@@ -179,6 +200,7 @@ def result_text(result: PlanResult) -> str:
                          f"load {d['load_fraction']:.0%}{rec})")
             for name, w in d["workloads"].items():
                 lines.append(f"          {name}: {w['rate_per_s']:.3g} req/s{_latency_text(w, doc['margins'])}")
+        lines += _pool_lines(p["deployments"])
     if doc["diagnosis"]:
         lines.append("")
         lines.append("infeasible because:")

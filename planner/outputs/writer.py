@@ -175,7 +175,7 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                    "plan_usd_per_million_tokens": p["usd_per_million_tokens"],
                    "plan_usd_per_million_input_tokens": p["usd_per_million_input_tokens"],
                    "plan_usd_per_million_total_tokens": p["usd_per_million_total_tokens"], "plan_gpus": p["gpus"],
-                   **{k: d.get(k) for k in ("candidate_id", "name", *dimensions.NAMES, "replicas",
+                   **{k: d.get(k) for k in ("candidate_id", "name", *dimensions.NAMES, "pool", "replicas",
                                              "gpus_per_replica", "gpus", "usd_per_hour", "load_fraction")}}
             if d.get("quality") is not None:
                 row["quality_recovery"] = d["quality"]["recovery"]
@@ -192,7 +192,7 @@ def plans_frame(doc: dict) -> pd.DataFrame:
                          ["rank", "plan_usd_per_hour", "plan_usd_per_million_tokens",
                           "plan_usd_per_million_input_tokens", "plan_usd_per_million_total_tokens", "plan_gpus",
                           "candidate_id", "gpu", "replicas", "gpus", "usd_per_hour"])
-    config = ["name", "model", *dimensions.SETTINGS]
+    config = ["name", "model", *dimensions.SETTINGS, "pool"]
     empty = [c for c in config if c in frame and frame[c].isna().all()]
     return frame.drop(columns=empty) if rows else frame
 

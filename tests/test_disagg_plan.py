@@ -1,0 +1,102 @@
+"""Disaggregated serving in the search and the optimizer (issue 14, Done-when 1 and 2): the
+role dimension, the safe-side role capacities, pools in the plan, launch settings per role."""
+
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from conftest import run_cli, run_json
+from planner.problem import load_problem
+from planner.search import enumerate_candidates, serving_params, workload_arrays
+from planner.serving import disagg
+from planner.serving.queueing import TrafficArrays
+
+WORKLOAD = {"name": "chat", "model": "deepseek-v3", "rate_per_s": 20,
+            "prompt_tokens": {"mean": 2000, "p95": 6000}, "output_tokens": {"mean": 400, "p95": 1000},
+            "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.05}}
+
+
+def _problem(tmp_path: Path, name: str, **search) -> Path:
+    spec = {"name": name, "workloads": [WORKLOAD],
+            "search": {"quantization": ["fp8"], "kv_cache_dtype": ["bf16"], "tp": [8], "max_batch": [128],
+                       **search}}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def _check_pools(plan: dict, rate: float) -> None:
+    """Conservation: aggregated + prefilled rate = the workload's; per pool, decoded = prefilled."""
+    by_role = {"both": 0.0, "prefill": 0.0, "decode": 0.0}
+    for d in plan["deployments"]:
+        assert d["role"] in by_role and (d["pool"] is None) == (d["role"] == "both")
+        by_role[d["role"]] += d["workloads"]["chat"]["rate_per_s"]
+    assert np.isclose(by_role["both"] + by_role["prefill"], rate)
+    assert np.isclose(by_role["prefill"], by_role["decode"])
+
+
+def test_deepseek_with_disaggregation_solves_to_a_proven_optimum(tmp_path):
+    doc = run_json("solve", _problem(tmp_path, "ds-mixed", gpus=["h200-sxm", "b200"], pp=[1],
+                                     disaggregation=[False, True]), "--no-pareto", "--top", "3")
+    assert doc["status"] == "optimal" and doc["solver"]["gap"] == 0.0
+    assert doc["solver"]["objective_usd_per_hour"] == doc["solver"]["best_bound_usd_per_hour"]
+    for plan in doc["plans"]:
+        _check_pools(plan, 20.0)
+    # the text output of plans that mix aggregated replicas and a pool: one line per pool
+    text, _ = run_cli("solve", tmp_path / "ds-mixed.yaml", "--no-pareto", "--top", "3")
+    pooled = [p for p in doc["plans"] if any(d["pool"] for d in p["deployments"])]
+    assert pooled and text.count("    pool deepseek-v3: ") == len(pooled)
+
+
+def test_disaggregation_only_gives_prefill_and_decode_pools_with_launch_settings(tmp_path):
+    # DeepSeek-V3 FP8 does not fit 8 x H100 80 GB: a replica is tp8 pp2 = 16 GPUs, 2 nodes
+    out = tmp_path / "out"
+    path = _problem(tmp_path, "ds-pd", gpus=["h100-sxm"], pp=[1, 2], disaggregation=[True])
+    stdout, _ = run_cli("solve", path, "--no-pareto", "--top", "1", "--out", out)
+    assert "prefill (pool deepseek-v3)" in stdout and "decode (pool deepseek-v3)" in stdout
+    assert "    pool deepseek-v3: " in stdout and "req/s" in stdout.split("    pool deepseek-v3: ")[1]
+    doc = run_json("solve", tmp_path / "ds-pd.yaml", "--no-pareto", "--top", "1")
+    plan = doc["plans"][0]
+    assert {d["role"] for d in plan["deployments"]} == {"prefill", "decode"}
+    _check_pools(plan, 20.0)
+    folders = sorted(p for p in (out / "launch").iterdir() if p.is_dir() and p.name[:2].isdigit())
+    assert len(folders) == len(plan["deployments"])
+    for folder, dep in zip(folders, plan["deployments"]):
+        assert f"--disaggregation-mode {dep['role']}" in (folder / "sglang.sh").read_text()
+        assert dep["gpus_per_replica"] == 16  # spans two 8-GPU nodes
+        assert "kind: LeaderWorkerSet" in (folder / "deployment.yaml").read_text()
+    assert (out / "launch" / "pool-deepseek-v3" / "router.sh").exists()
+
+
+def test_role_capacities_are_safe_for_the_pair(tmp_path):
+    """A prefill replica and a decode replica at the smaller of their capacities meet both SLOs
+    in the two-stage model (serving/disagg.py), whatever the pairing's KV links."""
+    path = _problem(tmp_path, "ds-cap", gpus=["h200-sxm"], pp=[1], disaggregation=[False, True])
+    problem = load_problem(path)
+    cands = enumerate_candidates(problem)
+    rows = {r: cands[cands["role"] == r].iloc[:1] for r in ("both", "prefill", "decode")}
+    cap = {r: float(rows[r]["central_capacity_per_s[chat]"].iloc[0]) for r in rows}
+    assert cap["prefill"] > 0 and cap["decode"] > 0
+    assert np.isnan(rows["prefill"]["tpot_p95_s[chat]"].iloc[0])
+    assert np.isnan(rows["decode"]["ttft_p95_s[chat]"].iloc[0])
+    w = problem.workloads[0]
+    arrays = workload_arrays(problem, rows["prefill"], w)
+    params = serving_params(problem, rows["prefill"])
+    traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
+    link = disagg.scale_out_bytes_per_s(problem.catalog.gpu("h200-sxm"))
+    pair = disagg.DisaggArrays(arrays, arrays, params, params, scale_out_bytes_per_s=link)
+    state = disagg.state_at_rate(pair, traffic, min(cap["prefill"], cap["decode"]))
+    assert float(state["ttft_p95_s"][0]) <= w.slo.ttft_p95_s
+    assert float(state["tpot_p95_s"][0]) <= w.slo.tpot_p95_s * (1 + 1e-6)
+    # no decode interference: a decode replica carries more at the TPOT SLO than an aggregated one
+    assert cap["decode"] > cap["both"]
+
+
+def test_dense_problem_has_no_roles(tmp_path):
+    spec = {"name": "dense", "workloads": [{**WORKLOAD, "model": "llama-3.1-8b"}],
+            "search": {"gpus": ["h100-sxm"], "quantization": ["bf16"], "tp": [1], "max_batch": [64]}}
+    path = tmp_path / "dense.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    doc = run_json("solve", path, "--no-pareto", "--top", "1")
+    assert all("role" not in d and "pool" not in d for d in doc["plans"][0]["deployments"])
