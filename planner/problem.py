@@ -24,6 +24,9 @@ from planner.yamlio import parse_model, read_yaml
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (1, 2, 4)
+#: Expert parallelism and attention DP searched by default: none (the dense layout).
+DEFAULT_EP = (1,)
+DEFAULT_ATTENTION_DP = (False,)
 #: Default minimum published accuracy recovery of a weight format (``quality.min_recovery``).
 DEFAULT_MIN_RECOVERY = 0.99
 
@@ -103,12 +106,23 @@ class SearchSpace(Strict):
     tp: tuple[int, ...] = DEFAULT_TP
     pp: tuple[int, ...] = DEFAULT_PP
     max_batch: tuple[int, ...] = DEFAULT_MAX_BATCH
+    #: Expert-parallel sizes (issue 14; rules in planner/layout_rules.py).
+    ep: tuple[int, ...] = DEFAULT_EP
+    #: Attention data parallelism off / on (on: tp attention ranks of one GPU each).
+    attention_dp: tuple[bool, ...] = DEFAULT_ATTENTION_DP
 
-    @field_validator("tp", "pp", "max_batch")
+    @field_validator("tp", "pp", "max_batch", "ep")
     @classmethod
     def _positive_ints(cls, v):
         if not v or min(v) < 1:
             raise ValueError("must be a non-empty list of integers >= 1")
+        return tuple(sorted(set(v)))
+
+    @field_validator("attention_dp")
+    @classmethod
+    def _bools(cls, v):
+        if not v:
+            raise ValueError("must be a non-empty list of true/false")
         return tuple(sorted(set(v)))
 
 
