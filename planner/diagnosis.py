@@ -147,8 +147,9 @@ def _layout_proposals(s, model, model_id: str, reason: str, found: list) -> list
         eps = sorted({1, *(e for e in s.ep if experts and experts % e == 0 and any(t % e == 0 for t in s.tp))})
         if eps == list(s.ep) or any(c == "search.ep" for c, _, _ in found):
             return []
-        return [("search.ep", f"ep must divide tp and {model_id}'s {experts} routed experts (MoE models only): "
-                 f"search.ep: {eps}", {"search.ep": eps})]
+        why = (f"ep must divide tp and {model_id}'s {experts} routed experts" if experts else
+               f"{model_id} has no routed experts (expert parallelism needs an MoE model)")
+        return [("search.ep", f"{why}: search.ep: {eps}", {"search.ep": eps})]
     if list(s.attention_dp) == [False] or any(c == "search.attention_dp" for c, _, _ in found):
         return []
     return [("search.attention_dp", f"attention DP needs an MoE model and tp > 1 ({model_id}): "

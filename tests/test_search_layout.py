@@ -200,3 +200,22 @@ def test_bad_layout_keys_are_input_errors(tmp_path, search, message):
     path = write(tmp_path, {"name": "bad", "workloads": [workload()], "search": search})
     code, _, err = run("validate", path)
     assert code == 2 and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("search, relaxation", [
+    ({"ep": [8]}, {"search.ep": [1]}),
+    ({"attention_dp": [True]}, {"search.attention_dp": [False]}),
+])
+def test_a_layout_only_a_moe_model_runs_is_diagnosed(tmp_path, search, relaxation):
+    dense = {"name": "dense", "workloads": [workload("chat", "llama-3.1-8b", tpot=0.1, ttft=2.0, rate=2.0)],
+             "search": {"gpus": ["l40s"], "quantization": ["fp8"], "kv_cache_dtype": ["fp8"], "tp": [1, 2],
+                        "pp": [1], "max_batch": [32], **search},
+             "serving": {"calibration": "none"}}
+    code, out, err = run("solve", write(tmp_path, dense), "--json", "--no-pareto")
+    assert code == 3, err
+    doc = json.loads(out)
+    assert set(doc["candidates"]["rejected"]) <= {"ep_needs_moe_model", "attention_dp_needs_moe_model",
+                                                  "attention_dp_needs_tp"}
+    fix = doc["diagnosis"][-1]   # after the finding that no candidate serves the workload
+    assert fix["relaxation"] == relaxation and fix["verified"] is True
+    assert fix["constraint"] == next(iter(relaxation)) and "llama-3.1-8b" in fix["message"]
