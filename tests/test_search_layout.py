@@ -8,8 +8,6 @@ Hand values: docs/serving-model.md section 13 (as tests/test_moe.py).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 
 import numpy as np
@@ -17,7 +15,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from planner import cli
+from hardening_helpers import assert_input_error, write
+from hardening_helpers import cli as run
 from planner.configs import config_arrays
 from planner.problem import load_problem
 from planner.search import REASONS, enumerate_candidates
@@ -26,19 +25,6 @@ from planner.serving.params import ServingParams
 
 DSV3_ROUTED = 653_908_770_816
 DSV3_DENSE = 671e9 - DSV3_ROUTED   # non-expert parameters (attention, dense layers, shared expert)
-
-
-def run(*args) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = cli.main([str(a) for a in args])
-    return code, out.getvalue(), err.getvalue()
-
-
-def write(tmp_path, doc: dict, name="p.yaml"):
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
 
 
 def workload(name="chat", model="deepseek-v3", rate=8.0, prompt=1000, output=300, ttft=5.0, tpot=0.1):
@@ -106,10 +92,19 @@ def test_ep_candidate_memory_and_tpot_are_moe_py_values(frontier, catalog):
     assert row["tpot_s"] == pytest.approx(ep_dpa["tpot_s"][0], rel=1e-12)
     assert dense["tpot_s"] == pytest.approx(evaluate(c, ServingParams())["tpot_s"][0], rel=1e-12)
     assert row["tpot_s"] != pytest.approx(dense["tpot_s"], rel=1e-3)
-    # MLA under attention DP: each GPU holds 1/8 of the latents, so 8x the sequences fit
+
+
+def test_attention_dp_splits_the_mla_cache_in_the_kv_capacity_check(tmp_path):
+    """1,024 slots of 1,300 tokens (35,136 B per token of FP8 latent): with attention TP every
+    GPU holds every latent, floor(41.0 GB / 45.7 MB) = 898 sequences; with attention DP 1/8
+    of them, floor(26.1 GB / 5.71 MB) = 4,566 (the replicated attention weights cost 14.9 GB)."""
+    doc = {**FRONTIER, "search": {**FRONTIER["search"], "tp": [8], "ep": [8], "max_batch": [1024]}}
+    c = enumerate_candidates(load_problem(write(tmp_path, doc))).set_index("attention_dp")
     kv_seq = 61 * 576 * 1 * (1000 + 300)
-    full = np.floor(row["kv_budget_bytes_per_gpu"] / (kv_seq / 8))
-    assert row["infeasible_reason"] in ("", "slo_tpot_unreachable", "slo_ttft_unreachable") and full >= 64
+    assert np.floor((0.9 * 141e9 - 671e9 / 8 - 2e9) / kv_seq) == 898
+    assert np.floor((0.9 * 141e9 - (8 * DSV3_DENSE + DSV3_ROUTED) / 8 - 2e9) / (kv_seq / 8)) == 4566
+    assert c.loc[False, "infeasible_reason"] == "max_batch_exceeds_kv_capacity"
+    assert c.loc[True, "infeasible_reason"] != "max_batch_exceeds_kv_capacity"
 
 
 def _layout_label(dep: dict, dpa: str) -> str:
@@ -199,7 +194,7 @@ def test_default_layout_keys_leave_the_grid_unchanged(tmp_path):
 def test_bad_layout_keys_are_input_errors(tmp_path, search, message):
     path = write(tmp_path, {"name": "bad", "workloads": [workload()], "search": search})
     code, _, err = run("validate", path)
-    assert code == 2 and message in err and "Traceback" not in err
+    assert_input_error(code, err, message)
 
 
 @pytest.mark.parametrize("search, relaxation", [
