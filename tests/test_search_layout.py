@@ -92,6 +92,14 @@ def test_ep_candidate_memory_and_tpot_are_moe_py_values(frontier, catalog):
     assert row["tpot_s"] == pytest.approx(ep_dpa["tpot_s"][0], rel=1e-12)
     assert dense["tpot_s"] == pytest.approx(evaluate(c, ServingParams())["tpot_s"][0], rel=1e-12)
     assert row["tpot_s"] != pytest.approx(dense["tpot_s"], rel=1e-3)
+    # the two-node wide-EP stage: half of each all-to-all leaves the NVLink domain over
+    # InfiniBand (50 GB/s per GPU), slower than the same 16 GPUs on one domain would be
+    wide = _row(candidates, tp=16, ep=16, attention_dp=True, max_batch=64)
+    c16 = c.replace(tp=16.0, ep=16.0, attention_dp=16.0)
+    assert wide["tpot_s"] == pytest.approx(evaluate(c16, ServingParams())["tpot_s"][0], rel=1e-12)
+    one_domain = evaluate(c16.replace(domain_gpus=16.0), ServingParams())["tpot_s"][0]
+    assert wide["tpot_s"] > one_domain
+    assert wide["weights_bytes_per_gpu"] == pytest.approx((16 * DSV3_DENSE + DSV3_ROUTED) / 16)
 
 
 def test_attention_dp_splits_the_mla_cache_in_the_kv_capacity_check(tmp_path):
