@@ -154,6 +154,9 @@ def test_wide_ep_replica_spans_two_nodes(tmp_path):
     sglang = " ".join((folder / "sglang.sh").read_text().replace("\\\n", " ").split())
     assert "--enable-dp-attention --dp-size 16 --ep-size 16" in sglang and "--nnodes 2" in sglang
     assert "kind: LeaderWorkerSet" in (folder / "deployment.yaml").read_text()
+    vllm = " ".join((folder / "vllm.sh").read_text().replace("\\\n", " ").split())
+    assert "--tensor-parallel-size 1" in vllm and "--data-parallel-size 16" in vllm
+    assert "--enable-expert-parallel" in vllm and "--data-parallel-backend ray" in vllm
     trtllm = yaml.safe_load((folder / "trtllm-extra.yaml").read_text())
     assert trtllm["moe_expert_parallel_size"] == 16 and trtllm["enable_attention_dp"] is True
 
