@@ -69,3 +69,20 @@ def exceeds_scale_up_domain(frame: pd.DataFrame, domain_gpus: np.ndarray,
     spans = (_column(frame, "attention_dp", bool) & (_column(frame, "ep", int) == tp)
              & (np.asarray(scale_out_bytes_per_s, dtype=float) > 0))
     return (tp > domain_gpus) & ~spans
+
+
+def layout_warnings(search, models: dict) -> list[str]:
+    """Warnings (YAML paths) on ``search.ep`` / ``search.attention_dp`` values whose candidates
+    are all rejected: a layout searched for dense models only, ep values that divide no
+    ``search.tp`` value. ``models``: the workloads' model specs by id."""
+    out = []
+    if (max(search.ep) > 1 or any(search.attention_dp)) and models \
+            and not any(m.num_experts for m in models.values()):
+        out.append(f"search.ep / search.attention_dp: no workload model has routed experts "
+                   f"({', '.join(sorted(models))}): every candidate with ep > 1 or attention DP is rejected "
+                   f"({EP_NEEDS_MOE}, {ATTENTION_DP_NEEDS_MOE})")
+    lost = [e for e in search.ep if e > 1 and all(t % e for t in search.tp)]
+    if lost:
+        out.append(f"search.ep: {', '.join(map(str, lost))} divide(s) no search.tp value "
+                   f"({', '.join(map(str, search.tp))}): those candidates are rejected ({EP_NOT_DIVIDING_TP})")
+    return out

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from planner.catalog import Catalog, load_catalog, suggest
 from planner.problem_checks import check_context, check_engine, default_gpus
+from planner.layout_rules import layout_warnings
 from planner.margins import DEFAULT_CONFIDENCE, DEFAULT_MAX_LOAD_FRACTION
 from planner.schema import PlanningInputError, Strict
 from planner.problem_lengths import LengthSpec, length_distribution, parse_length_spec, read_trace
@@ -368,6 +369,9 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
         for gpu in table:
             check(catalog.gpu, gpu, f"{key}.{gpu}")
     problems += check_engine(spec.serving.engine, catalog)
+    if spec.capacity_table is None:   # issue 14: searched layouts no workload model can run
+        warnings += layout_warnings(s, {r.model: imported.get(r.model) or catalog.model(r.model)
+                                        for r in resolved if r.model is not None})
     for i, w in enumerate(spec.constraints.redundancy):
         if w not in names:
             problems.append(f"constraints.redundancy[{i}]: unknown workload '{w}'{suggest(w, names)}")

@@ -225,3 +225,14 @@ def test_a_layout_only_a_moe_model_runs_is_diagnosed(tmp_path, search, relaxatio
     fix = doc["diagnosis"][-1]   # after the finding that no candidate serves the workload
     assert fix["relaxation"] == relaxation and fix["verified"] is True
     assert fix["constraint"] == next(iter(relaxation)) and "llama-3.1-8b" in fix["message"]
+
+
+def test_layouts_no_candidate_can_run_are_warned(tmp_path):
+    doc = {"name": "w", "workloads": [workload("chat", "llama-3.1-8b")],
+           "search": {"gpus": ["l40s"], "tp": [1, 2], "ep": [1, 8], "attention_dp": [False, True]}}
+    code, _, err = run("validate", write(tmp_path, doc))
+    assert code == 0, err
+    assert "search.ep / search.attention_dp: no workload model has routed experts (llama-3.1-8b)" in err
+    assert "search.ep: 8 divide(s) no search.tp value (1, 2)" in err
+    code, _, err = run("validate", write(tmp_path, FRONTIER, "f.yaml"))
+    assert code == 0 and "warning" not in err, err
