@@ -1,7 +1,8 @@
 """Candidate search: the configuration grid, evaluated in one vectorized pass.
 
 ``enumerate_candidates(problem)`` returns one DataFrame, one row per configuration
-(model x GPU x TP x PP x weight format x KV dtype x max batch), indexed by a stable
+(model x GPU x TP x PP x weight format x KV dtype x max batch, x expert-parallel size x
+attention DP where the problem searches them), indexed by a stable
 ``candidate_id``, with the serving-model metrics, the capacity at SLO of every workload,
 ``feasible`` and the first ``infeasible_reason``. Rejected rows are kept for the report.
 """
