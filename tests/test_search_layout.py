@@ -236,3 +236,16 @@ def test_layouts_no_candidate_can_run_are_warned(tmp_path):
     assert "search.ep: 8 divide(s) no search.tp value (1, 2)" in err
     code, _, err = run("validate", write(tmp_path, FRONTIER, "f.yaml"))
     assert code == 0 and "warning" not in err, err
+
+
+def test_only_the_all_reduce_free_layout_spans_scale_up_domains():
+    from planner.layout_rules import exceeds_scale_up_domain
+
+    frame = pd.DataFrame({"tp": [8, 16, 16, 16, 16, 16], "ep": [1, 1, 16, 16, 8, 16],
+                          "attention_dp": [False, False, False, True, True, True]})
+    domain, ib = np.full(6, 8), np.full(6, 50e9)
+    assert exceeds_scale_up_domain(frame, domain, ib).tolist() == [False, True, True, False, True, False]
+    # no scale-out network in the catalog: nothing leaves the domain
+    assert exceeds_scale_up_domain(frame, domain, np.zeros(6)).tolist() == [False, True, True, True, True, True]
+    # without the layout columns: the seed's rule, tp > domain
+    assert exceeds_scale_up_domain(frame[["tp"]], domain, ib).tolist() == [False] + [True] * 5
