@@ -197,6 +197,9 @@ class ServingOverrides(Strict):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     workspace_bytes: float | None = Field(default=None, ge=0)
     step_overhead_s: float | None = Field(default=None, ge=0)
+    #: Expert-parallel terms (issue 14; searched with search.ep, docs/serving-model.md 13).
+    expert_load_imbalance: float | None = Field(default=None, ge=1)
+    dispatch_bytes_per_element: float | None = Field(default=None, gt=0)
 
 
 class ProblemSpec(Strict):

@@ -249,3 +249,23 @@ def test_only_the_all_reduce_free_layout_spans_scale_up_domains():
     assert exceeds_scale_up_domain(frame, domain, np.zeros(6)).tolist() == [False, True, True, True, True, True]
     # without the layout columns: the seed's rule, tp > domain
     assert exceeds_scale_up_domain(frame[["tp"]], domain, ib).tolist() == [False] + [True] * 5
+
+
+def test_expert_load_imbalance_override_slows_only_expert_parallel_candidates(tmp_path):
+    """k = E = 8: the all-to-all moves the all-reduce's bytes, so balanced EP decodes as fast
+    as TP; with lambda = 1.5 the most loaded rank reads and computes more (moe.py 13.3)."""
+    search = {**FRONTIER["search"], "tp": [8], "ep": [1, 8], "attention_dp": [False], "max_batch": [64]}
+    tpot = {}
+    for lam in (None, 1.5):
+        serving = {"calibration": "none", **({} if lam is None else {"expert_load_imbalance": lam})}
+        doc = {**FRONTIER, "search": search, "serving": serving}
+        c = enumerate_candidates(load_problem(write(tmp_path, doc, f"l{lam}.yaml"))).set_index("ep")["tpot_s"]
+        tpot[lam] = c
+    assert tpot[None][8] == pytest.approx(tpot[None][1], rel=1e-12)
+    assert tpot[1.5][1] == tpot[None][1] and tpot[1.5][8] > tpot[None][8]
+
+
+def test_an_imbalance_below_one_is_an_input_error(tmp_path):
+    path = write(tmp_path, {**FRONTIER, "serving": {"expert_load_imbalance": 0.5}})
+    code, _, err = run("validate", path)
+    assert_input_error(code, err, "serving.expert_load_imbalance")
