@@ -121,7 +121,7 @@ class SearchSpace(Strict):
 
     @field_validator("attention_dp")
     @classmethod
-    def _bools(cls, v):
+    def _attention_dp_flags(cls, v):
         if not v:
             raise ValueError("must be a non-empty list of true/false")
         return tuple(sorted(set(v)))
