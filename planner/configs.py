@@ -8,7 +8,8 @@ import pandas as pd
 from planner.catalog import Catalog
 from planner.serving.arrays import GPU_COLUMNS, MODEL_COLUMNS, ConfigArrays, gpu_columns, math_flops_per_s, model_columns
 
-#: Columns a configuration frame must have (``context_tokens`` may be NaN: p + o/2).
+#: Columns a configuration frame must have (``context_tokens`` may be NaN: p + o/2); the
+#: layout columns ``ep`` and ``attention_dp`` are optional (absent: the dense layout).
 CONFIG_COLUMNS = ("model", "gpu", "quantization", "kv_cache_dtype", "tp", "pp", "batch",
                   "prompt_tokens", "output_tokens", "context_tokens")
 
@@ -54,8 +55,13 @@ def config_arrays(catalog: Catalog, rows: pd.DataFrame, models: dict | None = No
     output = rows["output_tokens"].to_numpy(dtype=float)
     context = rows["context_tokens"].to_numpy(dtype=float)
     context = np.where(np.isnan(context), prompt + output / 2.0, context)
+    layout = {}   # issue 14: expert parallelism / attention DP where the rows have them
+    if "ep" in rows.columns:
+        layout["ep"] = rows["ep"].to_numpy(dtype=float)
+    if "attention_dp" in rows.columns:
+        layout["attention_dp"] = rows["attention_dp"].to_numpy(dtype=bool)   # True: tp ranks
     arrays = ConfigArrays(
-        **cols,
+        **cols, **layout,
         peak_flops_per_s=fl["peak"],
         tp=rows["tp"].to_numpy(dtype=float),
         pp=rows["pp"].to_numpy(dtype=float),

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from planner.format_rules import format_relaxation
+from planner.layout_rules import REASONS as LAYOUT_REASONS
 from planner.margins import Margins
 from planner.optimize import diagnose_infeasible
 from planner.parameters import ProblemParams
@@ -84,7 +85,7 @@ def undecided_finding(options) -> dict:
 #: Rejection reasons that no SLO or limit explains: the search space itself excludes the model.
 STRUCTURAL = ("gpu_has_no_compute_figure", "quantization_unsupported_on_gpu", "tp_does_not_divide_attention_heads",
               "tp_exceeds_scale_up_domain", "pp_exceeds_layers", "no_price_for_gpu", "weights_do_not_fit_memory",
-              "max_batch_exceeds_kv_capacity")
+              "max_batch_exceeds_kv_capacity", *LAYOUT_REASONS)
 
 
 def _structural_proposals(problem: Problem, reasons: pd.Series, model_id: str) -> list[tuple[str, str, dict]]:
@@ -103,6 +104,8 @@ def _structural_proposals(problem: Problem, reasons: pd.Series, model_id: str) -
             if tps and tuple(tps) != s.tp:
                 out.append(("search.tp", f"tp must divide {model_id}'s {model.num_attention_heads} attention heads "
                             f"and fit a scale-up domain of {domain} GPUs: search.tp: {tps}", {"search.tp": tps}))
+        elif reason in LAYOUT_REASONS:
+            out += _layout_proposals(s, model, model_id, reason, out)
         elif reason == "pp_exceeds_layers":
             pps = sorted({p for p in (*s.pp, *DEFAULT_PP) if p <= model.num_layers})
             out.append(("search.pp", f"pp must not exceed {model_id}'s {model.num_layers} layers: search.pp: {pps}",
@@ -134,6 +137,23 @@ def _structural_proposals(problem: Problem, reasons: pd.Series, model_id: str) -
                 out.append(("search.max_batch", f"the KV cache cannot hold the searched batch sizes at the workload's "
                             f"lengths: search.max_batch: {batches}", {"search.max_batch": batches}))
     return out
+
+
+def _layout_proposals(s, model, model_id: str, reason: str, found: list) -> list[tuple[str, str, dict]]:
+    """The relaxation of an expert-parallel / attention-DP rejection (planner/layout_rules.py):
+    the ep values that can hold on this model, or attention DP off."""
+    if reason.startswith("ep_"):
+        experts = int(model.num_experts)
+        eps = sorted({1, *(e for e in s.ep if experts and experts % e == 0 and any(t % e == 0 for t in s.tp))})
+        if eps == list(s.ep) or any(c == "search.ep" for c, _, _ in found):
+            return []
+        why = (f"ep must divide tp and {model_id}'s {experts} routed experts" if experts else
+               f"{model_id} has no routed experts (expert parallelism needs an MoE model)")
+        return [("search.ep", f"{why}: search.ep: {eps}", {"search.ep": eps})]
+    if list(s.attention_dp) == [False] or any(c == "search.attention_dp" for c, _, _ in found):
+        return []
+    return [("search.attention_dp", f"attention DP needs an MoE model and tp > 1 ({model_id}): "
+             "search.attention_dp: [false]", {"search.attention_dp": [False]})]
 
 
 def _verified_first(problem: Problem, proposals: list[tuple[str, str, dict]]) -> list[dict]:

@@ -2,7 +2,8 @@
 
 A configuration (one candidate of the search) has one value per dimension of
 :data:`DIMENSIONS`: model, GPU type, tensor- and pipeline-parallel degrees, weight format,
-KV-cache dtype and max batch (slots per replica). This module is the only code that knows
+KV-cache dtype, max batch (slots per replica), expert-parallel size and attention data
+parallelism (issue 14). This module is the only code that knows
 them: candidate ids (:func:`candidate_ids`), the configuration labels of the outputs
 (:func:`label`), the configuration columns of plans (:data:`NAMES`, :data:`SETTINGS`) and
 the derived quantities (:func:`gpus_per_replica`, :data:`DERIVED`) come from here.
@@ -81,6 +82,13 @@ class Dimension:
         return fmt.format(self.value(raw))
 
 
+def _layout_values(problem, name: str) -> Sequence | None:
+    """The values of layout dimension ``name`` (``ep``, ``attention_dp``) searched, or None
+    when the problem searches only the dense layout (ep [1], attention_dp [false]): both are
+    then left out of the grid, so a problem without the keys keeps its outputs byte for
+    byte; a problem that searches either gets both columns (every deployment states both)."""
+    s = problem.spec.search
+    return None if (tuple(s.ep), tuple(s.attention_dp)) == ((1,), (False,)) else getattr(s, name)
 def _searched_roles(disaggregation) -> tuple[str, ...] | None:
     """The roles a ``search: disaggregation`` list searches: ``both`` for false, ``prefill``
     and ``decode`` for true; None (not searched: every configuration is ``both``) when the
@@ -114,6 +122,15 @@ DIMENSIONS: tuple[Dimension, ...] = (
                                  "launch": ", max batch {}"},
               doc="max batch: concurrent sequences (slots) per replica",
               searched=lambda p: p.spec.search.max_batch, noun="batch sizes"),
+    Dimension("ep", int, {"pareto": " ep{}", "table": " ep{}", "text": " ep{}", "launch": ", ep {}"},
+              doc="expert-parallel size inside the tp GPUs of a stage (1: experts split by TP; "
+                  "planner/layout_rules.py)",
+              searched=lambda p: _layout_values(p, "ep"), noun="ep", default=1),
+    Dimension("attention_dp", bool, {"pareto": " dpa", "table": " dpa", "text": " attention-dp",
+                                     "launch": ", attention DP"},
+              doc="attention data parallelism: tp attention ranks of one GPU each (false: attention TP)",
+              searched=lambda p: _layout_values(p, "attention_dp"),
+              noun="attention-DP settings", default=False),
     Dimension("role", str, {"pareto": " {}", "table": " {}", "text": " {}", "launch": " ({})"},
               doc="serving role: both (aggregated), prefill or decode (disaggregated pools)",
               searched=lambda p: _searched_roles(getattr(p.spec.search, "disaggregation", None)),

@@ -167,7 +167,8 @@ def check_spec(spec) -> list[str]:
             out.append(bound(f"{where}.slo.ttft_p95_s", w.slo.ttft_p95_s, None, MAX_SLO_S))
             out.append(bound(f"{where}.slo.tpot_p95_s", w.slo.tpot_p95_s, None, MAX_SLO_S))
     s = spec.search
-    for key, high in (("tp", MAX_PARALLEL_DEGREE), ("pp", MAX_PARALLEL_DEGREE), ("max_batch", MAX_BATCH)):
+    for key, high in (("tp", MAX_PARALLEL_DEGREE), ("pp", MAX_PARALLEL_DEGREE), ("ep", MAX_PARALLEL_DEGREE),
+                      ("max_batch", MAX_BATCH)):
         values = getattr(s, key)
         if len(values) > MAX_SEARCH_VALUES:
             out.append(f"search.{key}: {len(values)} values, at most {MAX_SEARCH_VALUES}")

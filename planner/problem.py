@@ -13,6 +13,7 @@ from pydantic import Field, field_validator, model_validator
 
 from planner.catalog import Catalog, load_catalog, suggest
 from planner.problem_checks import check_context, check_engine, default_gpus
+from planner.layout_rules import layout_warnings
 from planner.margins import DEFAULT_CONFIDENCE, DEFAULT_MAX_LOAD_FRACTION
 from planner.schema import PlanningInputError, Strict
 from planner.problem_lengths import LengthSpec, length_distribution, parse_length_spec, read_trace
@@ -24,6 +25,9 @@ from planner.yamlio import parse_model, read_yaml
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
 DEFAULT_TP = (1, 2, 4, 8)
 DEFAULT_PP = (1, 2, 4)
+#: Expert parallelism and attention DP searched by default: none (the dense layout).
+DEFAULT_EP = (1,)
+DEFAULT_ATTENTION_DP = (False,)
 #: Default minimum published accuracy recovery of a weight format (``quality.min_recovery``).
 DEFAULT_MIN_RECOVERY = 0.99
 
@@ -106,8 +110,12 @@ class SearchSpace(Strict):
     #: Disaggregated prefill/decode serving: false searches aggregated replicas, true adds
     #: prefill-role and decode-role replicas (planner.disagg_roles); None: [false].
     disaggregation: tuple[bool, ...] | None = None
+    #: Expert-parallel sizes (issue 14; rules in planner/layout_rules.py).
+    ep: tuple[int, ...] = DEFAULT_EP
+    #: Attention data parallelism off / on (on: tp attention ranks of one GPU each).
+    attention_dp: tuple[bool, ...] = DEFAULT_ATTENTION_DP
 
-    @field_validator("tp", "pp", "max_batch")
+    @field_validator("tp", "pp", "max_batch", "ep")
     @classmethod
     def _positive_ints(cls, v):
         if not v or min(v) < 1:
@@ -120,6 +128,12 @@ class SearchSpace(Strict):
         if v is not None and not v:
             raise ValueError("must list false, true or both (omit the key for [false])")
         return v if v is None else tuple(sorted(set(v)))
+    @field_validator("attention_dp")
+    @classmethod
+    def _attention_dp_flags(cls, v):
+        if not v:
+            raise ValueError("must be a non-empty list of true/false")
+        return tuple(sorted(set(v)))
 
 
 def _reject_keys(mapping: dict, is_bad, message: str) -> dict:
@@ -199,6 +213,9 @@ class ServingOverrides(Strict):
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     workspace_bytes: float | None = Field(default=None, ge=0)
     step_overhead_s: float | None = Field(default=None, ge=0)
+    #: Expert-parallel terms (issue 14; searched with search.ep, docs/serving-model.md 13).
+    expert_load_imbalance: float | None = Field(default=None, ge=1)
+    dispatch_bytes_per_element: float | None = Field(default=None, gt=0)
 
 
 class ProblemSpec(Strict):
@@ -366,6 +383,9 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
         for gpu in table:
             check(catalog.gpu, gpu, f"{key}.{gpu}")
     problems += check_engine(spec.serving.engine, catalog)
+    if spec.capacity_table is None:   # issue 14: searched layouts no workload model can run
+        warnings += layout_warnings(s, {r.model: imported.get(r.model) or catalog.model(r.model)
+                                        for r in resolved if r.model is not None})
     for i, w in enumerate(spec.constraints.redundancy):
         if w not in names:
             problems.append(f"constraints.redundancy[{i}]: unknown workload '{w}'{suggest(w, names)}")

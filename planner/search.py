@@ -1,7 +1,8 @@
 """Candidate search: the configuration grid, evaluated in one vectorized pass.
 
 ``enumerate_candidates(problem)`` returns one DataFrame, one row per configuration
-(model x GPU x TP x PP x weight format x KV dtype x max batch), indexed by a stable
+(model x GPU x TP x PP x weight format x KV dtype x max batch, x expert-parallel size x
+attention DP where the problem searches them), indexed by a stable
 ``candidate_id``, with the serving-model metrics, the capacity at SLO of every workload,
 ``feasible`` and the first ``infeasible_reason``. Rejected rows are kept for the report.
 """
@@ -15,6 +16,8 @@ from planner import dimensions, disagg_roles, parameters
 from planner.configs import config_arrays
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
+from planner.layout_rules import REASONS as LAYOUT_REASONS
+from planner.layout_rules import exceeds_scale_up_domain, layout_rejections
 from planner.margins import Margins
 from planner.serving.arrays import ConfigArrays
 from planner.problem import Problem
@@ -29,6 +32,7 @@ REASONS = (
     "quantization_unsupported_on_gpu",
     *FORMAT_REASONS,  # engine support (serving.engine) and published quality (quality: options)
     "tp_does_not_divide_attention_heads",
+    *LAYOUT_REASONS,  # expert parallelism and attention DP (layout_rules)
     "tp_exceeds_scale_up_domain",
     "pp_exceeds_layers",
     "no_price_for_gpu",
@@ -88,12 +92,14 @@ def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     unsupported = pairs.map(bad).to_numpy(bool)
     tp = frame["tp"].to_numpy()
     domain = g.map({x: gpus[x].max_gpus_per_scale_up_domain for x in gpus}).to_numpy()
+    scale_out = g.map({x: gpus[x].scale_out_bytes_per_s for x in gpus}).to_numpy(float)
     return {
         "gpu_has_no_compute_figure": no_compute,
         "quantization_unsupported_on_gpu": unsupported,
         **format_rejections(problem, frame),
         "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
-        "tp_exceeds_scale_up_domain": tp > domain,
+        **layout_rejections(model, frame),
+        "tp_exceeds_scale_up_domain": exceeds_scale_up_domain(frame, domain, scale_out),
         "pp_exceeds_layers": frame["pp"].to_numpy() > model.num_layers,
         "no_price_for_gpu": ~g.isin(list(problem.prices_usd_per_gpu_hour)).to_numpy(bool),
     }

@@ -29,12 +29,26 @@ def _hand_id(config: dict) -> str:
 
 def test_the_declaration_is_todays_configuration_key():
     assert dimensions.NAMES == ("model", "gpu", "tp", "pp", "quantization", "kv_cache_dtype", "max_batch",
-                                "role")
-    assert dimensions.SETTINGS == ("tp", "pp", "quantization", "kv_cache_dtype", "max_batch", "role")
+                                "ep", "attention_dp", "role")
+    assert dimensions.SETTINGS == ("tp", "pp", "quantization", "kv_cache_dtype", "max_batch", "ep", "attention_dp",
+                                   "role")
     assert dimensions.dimension("role").default == "both"  # today's configurations: aggregated
     assert dimensions.dimension("tp").dtype is int
-    with pytest.raises(KeyError, match="unknown configuration dimension 'ep'"):
-        dimensions.dimension("ep")
+    # issue 14's layout dimensions have defaults: the dense layout adds nothing to ids or labels
+    assert (dimensions.dimension("ep").default, dimensions.dimension("attention_dp").default) == (1, False)
+    with pytest.raises(KeyError, match="unknown configuration dimension 'epp'"):
+        dimensions.dimension("epp")
+
+
+def test_layout_dimensions_keep_ids_and_labels_at_their_defaults():
+    plain = pd.DataFrame([CONFIG])
+    dense = pd.DataFrame([{**CONFIG, "ep": 1, "attention_dp": False}])
+    wide = pd.DataFrame([{**CONFIG, "ep": 8, "attention_dp": True}])
+    assert candidate_ids(dense).iloc[0] == candidate_ids(plain).iloc[0] == CONFIG_ID
+    assert candidate_ids(wide).iloc[0] == _hand_id({**CONFIG, "ep": 8, "attention_dp": True}) != CONFIG_ID
+    assert dimensions.label(dense.iloc[0], "text") == dimensions.label(plain.iloc[0], "text")
+    assert dimensions.label(wide.iloc[0], "text").endswith(" ep8 attention-dp")
+    assert dimensions.label(wide.iloc[0], "pareto").endswith(" ep8 dpa")
 
 
 def test_ids_are_stable_against_the_hand_computed_hash():
@@ -80,7 +94,8 @@ def test_grid_is_the_product_in_canonical_order_and_take_selects_rows():
               "quantization": ["bf16"], "kv_cache_dtype": ["bf16", "fp8"]}
     table = CandidateTable.grid(values)
     assert len(table) == 2 * 2 * 2 * 2
-    assert tuple(table.frame.columns) == tuple(n for n in dimensions.NAMES if n != "role")  # default: absent
+    # the layout and role dimensions (defaults) are left out when not searched
+    assert tuple(table.frame.columns) == tuple(n for n in dimensions.NAMES if n not in ("ep", "attention_dp", "role"))
     assert table.frame.iloc[:3][["gpu", "tp", "kv_cache_dtype", "max_batch"]].values.tolist() == [
         ["g1", 1, "bf16", 32], ["g1", 1, "bf16", 64], ["g1", 1, "fp8", 32]]
     assert table.ids().is_unique
@@ -99,34 +114,34 @@ def test_grid_is_the_product_in_canonical_order_and_take_selects_rows():
 
 def test_a_new_dimension_with_a_default_keeps_ids_and_labels(monkeypatch):
     """Adding a dimension is one entry; configurations at its default keep id and labels."""
-    ep = Dimension("ep", int, {"pareto": " ep{}", "table": " ep{}", "text": " ep{}"}, "expert parallelism",
-                   searched=lambda p: getattr(p.spec.search, "ep", None), noun="ep", default=1)
+    cp = Dimension("cp", int, {"pareto": " cp{}", "table": " cp{}", "text": " cp{}"}, "context parallelism",
+                   searched=lambda p: getattr(p.spec.search, "cp", None), noun="cp", default=1)
     dims = list(dimensions.DIMENSIONS)
-    dims.insert(dimensions.NAMES.index("pp") + 1, ep)
+    dims.insert(dimensions.NAMES.index("pp") + 1, cp)
     monkeypatch.setattr(dimensions, "DIMENSIONS", tuple(dims))
     frame = pd.DataFrame([CONFIG])
     assert candidate_ids(frame).iloc[0] == CONFIG_ID  # column absent: the default
-    wide = pd.DataFrame([{**CONFIG, "ep": 1}, {**CONFIG, "ep": 8}])
+    wide = pd.DataFrame([{**CONFIG, "cp": 1}, {**CONFIG, "cp": 8}])
     ids = candidate_ids(wide)
     assert ids.iloc[0] == CONFIG_ID
     head, tail = ("model", "gpu", "tp", "pp"), ("quantization", "kv_cache_dtype", "max_batch")
-    assert ids.iloc[1] == _hand_id({**{k: CONFIG[k] for k in head}, "ep": 8, **{k: CONFIG[k] for k in tail}})
-    assert label({**CONFIG, "ep": 1}, "table") == "tp8 pp2 bf16/kv-fp8 b256"
-    assert label({**CONFIG, "ep": 8}, "table") == "tp8 pp2 ep8 bf16/kv-fp8 b256"
+    assert ids.iloc[1] == _hand_id({**{k: CONFIG[k] for k in head}, "cp": 8, **{k: CONFIG[k] for k in tail}})
+    assert label({**CONFIG, "cp": 1}, "table") == "tp8 pp2 bf16/kv-fp8 b256"
+    assert label({**CONFIG, "cp": 8}, "table") == "tp8 pp2 cp8 bf16/kv-fp8 b256"
     monkeypatch.setattr(dimensions, "_BY_NAME", {d.name: d for d in dims})
-    assert label(pd.Series({**CONFIG, "ep": np.nan}), "text") == "tp8 pp2 bf16/kv-fp8 max_batch 256"
-    assert dimensions.value_of(CONFIG, "ep") == 1  # absent: the default
+    assert label(pd.Series({**CONFIG, "cp": np.nan}), "text") == "tp8 pp2 bf16/kv-fp8 max_batch 256"
+    assert dimensions.value_of(CONFIG, "cp") == 1  # absent: the default
     assert CandidateTable.grid({**{k: [v] for k, v in CONFIG.items()}}).ids().tolist() == [CONFIG_ID]
     dense = _problem(tp=(1,), pp=(1,), max_batch=(8,))
-    assert "ep" not in dimensions.search_values(dense)  # not searched: no column, default
-    assert dimensions.search_values(_problem(tp=(1,), pp=(1,), max_batch=(8,), ep=(1, 8)))["ep"] == (1, 8)
+    assert "cp" not in dimensions.search_values(dense)  # not searched: no column, default
+    assert dimensions.search_values(_problem(tp=(1,), pp=(1,), max_batch=(8,), cp=(1, 8)))["cp"] == (1, 8)
 
 
 def _problem(**search):
     """A stand-in for a loaded Problem: the attributes the declaration reads."""
     from types import SimpleNamespace
 
-    spec = SimpleNamespace(search=SimpleNamespace(**search))
+    spec = SimpleNamespace(search=SimpleNamespace(**{"ep": (1,), "attention_dp": (False,), **search}))
     return SimpleNamespace(gpus=("h100-sxm", "l40s"), quantization=("bf16", "fp8"), kv_cache_dtypes=("bf16",),
                            spec=spec, measured=False, workloads=[SimpleNamespace(model="m", rate_per_s=1.0)])
 
