@@ -49,6 +49,24 @@ def test_deepseek_with_disaggregation_solves_to_a_proven_optimum(tmp_path):
     assert pooled and text.count("    pool deepseek-v3: ") == len(pooled)
 
 
+def test_deepseek_with_ep_attention_dp_and_disaggregation_solves_to_a_proven_optimum(tmp_path):
+    """Issue 14, Done-when 1: all three frontier-MoE dimensions searched together."""
+    path = _problem(tmp_path, "ds-all", gpus=["h200-sxm", "b200"], pp=[1], ep=[1, 8],
+                    attention_dp=[False, True], disaggregation=[False, True])
+    doc = run_json("solve", path, "--no-pareto", "--top", "5")
+    assert doc["status"] == "optimal" and doc["solver"]["gap"] == 0.0
+    assert doc["solver"]["objective_usd_per_hour"] == doc["solver"]["best_bound_usd_per_hour"]
+    for plan in doc["plans"]:
+        _check_pools(plan, 20.0)
+        for d in plan["deployments"]:  # every deployment states its layout and role
+            assert d["ep"] in (1, 8) and isinstance(d["attention_dp"], bool)
+            assert d["role"] in ("both", "prefill", "decode")
+    layouts = {(d["ep"], d["attention_dp"], d["role"]) for p in doc["plans"] for d in p["deployments"]}
+    assert any(ep == 8 for ep, _, _ in layouts) and any(dpa for _, dpa, _ in layouts)
+    # the grid is the product of the searched values: 2 GPUs x 2 ep x 2 attention DP x 3 roles
+    assert doc["candidates"]["enumerated"] == 2 * 2 * 2 * 3
+
+
 def test_disaggregation_only_gives_prefill_and_decode_pools_with_launch_settings(tmp_path):
     # DeepSeek-V3 FP8 does not fit 8 x H100 80 GB: a replica is tp8 pp2 = 16 GPUs, 2 nodes
     out = tmp_path / "out"

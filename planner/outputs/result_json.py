@@ -165,9 +165,11 @@ def _pool_lines(deployments: list[dict]) -> list[str]:
             part[d["role"]][1] += d["gpus"]
             if d["role"] == "prefill":
                 part["rate"] += sum(w["rate_per_s"] for w in d["workloads"].values())
-    return [f"    pool {pool}: {v['prefill'][0]} prefill replicas ({v['prefill'][1]} GPUs) + {v['decode'][0]} "
-            f"decode replicas ({v['decode'][1]} GPUs), {v['rate']:.3g} req/s"
-            for pool, v in sorted(pools.items())]
+    def replicas(role, counts):
+        return f"{counts[0]} {role} replica{'s' if counts[0] != 1 else ''} ({counts[1]} GPUs)"
+
+    return [f"    pool {pool}: {replicas('prefill', v['prefill'])} + {replicas('decode', v['decode'])}, "
+            f"{v['rate']:.3g} req/s" for pool, v in sorted(pools.items())]
 
 
 def result_text(result: PlanResult) -> str:
