@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from planner.accuracy import add_families, load_measurement_files, prepare_rows, score_rows
+from planner.accuracy_frontier import SETS, TARGETS_PCT, FrontierScore, frontier_score
 from planner.calibration import MAX_COMPUTE_EFFICIENCY, MAX_MEMORY_EFFICIENCY, load_calibration
 from planner.calibration_fit import FitOptions
 from planner.calibration_cv import SCHEMES, central, run_folds, summarize
@@ -125,6 +126,30 @@ def inferencex_pairs(cal: pd.DataFrame) -> tuple[str, bool]:
                      {True: "yes", False: "**no**", None: "(< 20 rows)"}[ok]])
     return md_table(["GPU", "engine", "throughput rows", "throughput pred/measured (median)",
                      "TPOT pred/measured", "TTFT pred/measured", f"within x/÷ {PAIR_FACTOR}"], rows), ok_all
+
+
+def frontier_table(s: FrontierScore) -> tuple[str, str]:
+    """Issue 14's Done-when 3 per row set and over both: coverage and median APE per family
+    (all statistics; the mean/median rows in a second line); the verdict sentence."""
+    fams, rows = list(TARGETS_PCT), []
+    for name in (*SETS, "both"):
+        keys = SETS if name == "both" else (name,)
+        part = s.scored[s.scored["set"].isin(keys)]
+        rec, der, k = (sum(d[key] for key in keys) for d in (s.recorded, s.derived, s.predicted))
+        for label, sub in (("all statistics", part), ("mean/median", central(part))):
+            med, n = sub.groupby("family")["ape_pct"].median(), sub.groupby("family").size()
+            cov = [rec, der, k, f"{k / (rec - der):.1%}"] if label == "all statistics" else [""] * 4
+            rows.append([f"**{name}**" if name == "both" else name, label] + cov
+                        + [f"{_cell(med.get(f, np.nan))} ({n.get(f, 0)})" for f in fams])
+    table = md_table(["rows", "statistics", "with a recorded layout", "rescaled totals (left out)",
+                      "predicted", "predicted share"] + [f"{f} median APE % (rows)" for f in fams], rows)
+    ok, med = s.holds(), s.medians()
+    word = {True: "met", False: "**not met**"}
+    verdict = (f"Targets: >= 90 % predicted ({s.coverage():.1%}: {word[ok['coverage']]}; "
+               f"{s.coverage(distinct=False):.1%} counting the rescaled totals as not predicted), "
+               + ", ".join(f"{f} <= {t:.0f} % ({med.get(f, np.nan):.1f} %: {word[ok[f]]})"
+                           for f, t in TARGETS_PCT.items()) + ".")
+    return table, verdict
 
 
 def skipped_table(skipped: pd.DataFrame) -> str:
@@ -317,6 +342,7 @@ def main() -> None:
         frame["model_family"] = frame["model"].map(model_family)
         frame["file"] = frame["id"].map(file_of)
     pairs, pairs_ok = inferencex_pairs(cal)
+    frontier, frontier_ok = frontier_table(frontier_score(catalog, measurements, calibration))
     parts = {
         "files": ", ".join(f"`{Path(f).name}` ({n:,} rows)" for f, n in
                            zip(args.files, [len(load_measurement_files([f])) for f in args.files])),
@@ -324,6 +350,7 @@ def main() -> None:
         "central": f"{len(central(cal)):,}",
         "summary": summary_table(seed, cal), "by_file": by_file_table(cal),
         "inferencex_pairs": pairs, "inferencex_ok": "hold" if pairs_ok else "do **not** all hold",
+        "frontier": frontier, "frontier_ok": frontier_ok,
         "per_metric": metric_table(seed, cal), "per_gpu": group_table(cal, "gpu", "GPU"),
         "per_engine": group_table(cal, "engine", "engine"),
         "per_model": group_table(cal, "model_family", "model family"),

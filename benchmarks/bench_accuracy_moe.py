@@ -9,7 +9,9 @@ parallelism (:func:`planner.accuracy_layout.layout_rows`; disaggregated rows are
 stream's). Prints the coverage (rows predicted / rows with such a layout), then the median
 and mean APE per metric family (TPOT/ITL, TTFT, throughput, e2e) over all statistics and
 over the mean/median rows, per file, and the skip reasons; the issue's targets are >= 90 %
-predicted and median APE TPOT <= 20 %, TTFT <= 35 %, throughput <= 25 %. ``--imbalance``
+predicted and median APE TPOT <= 20 %, TTFT <= 35 %, throughput <= 25 %. Then one line scores
+these rows and the disaggregated ones together (:func:`planner.accuracy_frontier.frontier_score`,
+the figure docs/accuracy.md reports for issue 14's Done-when 3). ``--imbalance``
 scores the rows again with other values of ``ServingParams.expert_load_imbalance`` (a
 sensitivity check of that factor: its default is not fitted to these rows).
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from planner.accuracy import load_measurement_files, score_rows
+from planner.accuracy_frontier import frontier_score, score_line
 from planner.accuracy_layout import layout_rows
 from planner.calibration import load_calibration
 from planner.catalog import load_catalog
@@ -85,6 +88,8 @@ def main(argv=None) -> int:
         print("skipped: " + "; ".join(f"{r}: {c}" for r, c in skipped["reason"].value_counts().items()))
     if args.rows_out:
         scored.to_csv(args.rows_out, index=False)
+    both = frontier_score(catalog, raw.drop(columns="file"), load_calibration(args.calibration))
+    print(score_line(both))
     for lam in args.imbalance:
         base = ServingParams(expert_load_imbalance=lam)
         other, _ = score_rows(catalog, selected.drop(columns="file"), load_calibration(args.calibration), base)
