@@ -47,6 +47,9 @@ import sys
 import time
 from pathlib import Path
 
+import disagg
+import merge
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 WORK = HERE / "work"
@@ -65,8 +68,9 @@ SLO_TIGHT = (1000.0, 20.0)
 MODELS = {  # catalog id -> aiconfigurator --model (its shipped config.json; nothing is downloaded)
     "qwen3-32b": {"bf16": "Qwen/Qwen3-32B", "fp8": "Qwen/Qwen3-32B-FP8"},
     "llama-3.1-70b": {"bf16": "meta-llama/Meta-Llama-3.1-70B"},
+    "deepseek-v3": {"fp8": "deepseek-ai/DeepSeek-V3"},
 }
-SYSTEMS = {"h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm"}
+SYSTEMS = {"h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm"}
 #: silicon_sample.csv model ids -> catalog ids
 SILICON_MODELS = {"Qwen/Qwen3-32B": "qwen3-32b", "meta-llama/Llama-3.1-70B": "llama-3.1-70b"}
 SILICON_SYSTEMS = {v: k for k, v in SYSTEMS.items()}
@@ -106,6 +110,7 @@ def scenarios() -> list[dict]:
             slo="default",
         )
     )
+    out += disagg.scenarios()  # the planner also searches prefill/decode pools (issue 14)
     for s in out:
         s["id"] = f"{s['model']} {s['precision']} {s['gpu']} x{s['gpus']} {s['slo']}"
         s["slug"] = re.sub(r"[^a-z0-9]+", "-", s["id"].lower()).strip("-")
@@ -307,6 +312,8 @@ def problem_yaml(s: dict, variant: str, rate: float, priced: list[str], inventor
     else:  # the default search space, over every GPU the optimizer could buy (those with a price)
         lines += ["search:", f"  gpus: {yaml_list(priced)}"]
         inv = inventory or {g: s["gpus"] for g in priced}
+    if s.get("disagg"):
+        lines.append(disagg.SEARCH_LINE)
     lines.append("inventory: {" + ", ".join(f"{g}: {n}" for g, n in sorted(inv.items())) + "}")
     return "\n".join(lines) + "\n"
 
@@ -340,7 +347,10 @@ def summarize_plan(doc: dict) -> dict:
                     "gpus",
                     "gpus_per_replica",
                     "usd_per_hour",
+                    "role",
+                    "pool",
                 )
+                if k in d
             }
             | {
                 "rate_per_s": w["rate_per_s"],
@@ -356,7 +366,9 @@ def summarize_plan(doc: dict) -> dict:
         deployments=deps,
         config=" + ".join(
             f"{d['replicas']}x {d['gpu']} TP{d['tp']} PP{d['pp']} batch {d['max_batch']} "
-            f"({d['quantization']} weights, {d['kv_cache_dtype']} KV)"
+            f"({d['quantization']} weights, {d['kv_cache_dtype']} KV"
+            + (f", {d['role']}" if d.get("role") not in (None, "both") else "")
+            + ")"
             for d in deps
         ),
     )
@@ -499,7 +511,12 @@ def main() -> int:
     ap.add_argument("--project-python", required=True, help="python of the project's virtualenv")
     ap.add_argument("--aic-unavailable", default=None, help="why aiconfigurator could not be installed")
     ap.add_argument("--reps", type=int, default=3, help="timed runs per tool and scenario (median)")
-    ap.add_argument("--only", nargs="*", default=None, help="run scenarios whose id contains any of these")
+    ap.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        help="run scenarios whose id contains any of these; merged into results/results.json (others kept)",
+    )
     ap.add_argument("--quick", action="store_true", help="2 scenarios, 1 run, 2 measured rows per group")
     ap.add_argument(
         "--accuracy-rows-per-group",
@@ -597,6 +614,8 @@ def main() -> int:
             "aic": {"runs": []},
             "ours": {v: {"runs": []} for v in VARIANTS},
         }
+        if not aic_ok:
+            rec["aic"]["error"] = f"aiconfigurator not run: {args.aic_unavailable}"
         yamls: dict = {}
         for rep in range(args.reps):
             if aic_ok:
@@ -678,6 +697,8 @@ def main() -> int:
             for plan_key in ("", "relaxed"):
                 plan = rec["ours"][v].get(plan_key) if plan_key else rec["ours"][v]
                 for i, d in enumerate((plan or {}).get("deployments") or []):
+                    if d.get("role") not in (None, "both"):
+                        continue  # `planner eval` models aggregated replicas only
                     per_replica = d["rate_per_s"] / d["replicas"]
                     eval_calls.append(
                         {
@@ -820,8 +841,12 @@ def main() -> int:
         "scenarios": results,
         "accuracy_rows": accuracy_rows,
     }
-    (RESULTS / "results.json").write_text(json.dumps(out, indent=1, default=str))
-    write_accuracy_csv(accuracy_rows)
+    stored_path = RESULTS / "results.json"
+    if args.only and not args.quick and stored_path.exists():  # keep the other scenarios' results
+        out = merge.merge(json.loads(stored_path.read_text()), out, [s["id"] for s in scenarios()])
+        log(f"merged {len(results)} scenarios into {stored_path} ({len(out['scenarios'])} in all)")
+    stored_path.write_text(json.dumps(out, indent=1, default=str))
+    write_accuracy_csv(out["accuracy_rows"])
     section = render_section(out, quick=out["partial"])
     write_doc(args.doc, section)
     log(f"wrote {RESULTS / 'results.json'} and the section of {args.doc}")
@@ -859,13 +884,16 @@ def attach_evals(results, evals, scen):
                         )
                     }
                 if deps and plan:
+                    pooled = any(d.get("role") not in (None, "both") for d in deps)
                     cap = [((d["eval"].get("max_rate_per_s") or 0) * d["replicas"]) for d in deps]
                     plan["capacity_tokens_per_s_per_gpu"] = (
-                        sum(cap) * OSL / plan["gpus"] if plan.get("gpus") else None
+                        sum(cap) * OSL / plan["gpus"] if plan.get("gpus") and not pooled else None
                     )
                     plan["served_tokens_per_s_per_gpu"] = rec["rate_per_s"] * OSL / plan["gpus"]
-                    plan["ttft_p95_ms"] = max(d["ttft_p95_s"] for d in deps) * 1000
-                    plan["tpot_p95_ms"] = max(d["tpot_p95_s"] for d in deps) * 1000
+                    # a prefill-role deployment has no TPOT of its own, a decode-role one no TTFT
+                    for m in ("ttft", "tpot"):
+                        vals = [d[f"{m}_p95_s"] for d in deps if d.get(f"{m}_p95_s") is not None]
+                        plan[f"{m}_p95_ms"] = max(vals) * 1000 if vals else None
                     vals = [d["eval"].get("ttft_s") for d in deps]
                     plan["ttft_mean_ms"] = max(vals) * 1000 if all(x is not None for x in vals) else None
                     vals = [d["eval"].get("tpot_mean_s") for d in deps]
@@ -963,7 +991,11 @@ def render_section(out: dict, quick: bool) -> str:
         "- Scenarios: Qwen3-32B and Llama-3.1-70B (BF16) on H100 SXM and H200 SXM with 8 and 16 GPUs, "
         f"ISL {ISL} / OSL {OSL}, at aiconfigurator's default limits (TTFT 2000 ms, TPOT 30 ms) and a tighter "
         "pair (TTFT 1000 ms, TPOT 20 ms); plus Qwen3-32B FP8 (aiconfigurator's `Qwen/Qwen3-32B-FP8`, FP8 "
-        "weights and KV cache) on 8 H100.",
+        "weights and KV cache) on 8 H100. Three disaggregated scenarios (ids ending in `disagg ...`: "
+        + "; ".join(
+            f"{m} {p} on {n} {g}, TTFT {ttft:g} / TPOT {tpot:g} ms" for m, p, g, n, ttft, tpot, _ in disagg.SCENARIOS
+        )
+        + ") in which the planner also searches prefill/decode pools; see their own table below.",
         "- Mapping to a planner problem: one workload whose rate is the request rate aiconfigurator's chosen "
         "configuration serves on the N GPUs (its tokens/s/GPU x N / OSL), fixed 4000/500-token requests, and "
         "its TTFT/TPOT limits as **p95** SLOs (aiconfigurator's are limits on its predicted mean, so the "
@@ -987,8 +1019,14 @@ def render_section(out: dict, quick: bool) -> str:
         "rate; each chosen deployment is re-evaluated with `planner eval ... --rate R` for the mean TPOT at "
         "that rate and the mean TTFT without queueing (prefill + one decode step at a full batch), shown in "
         "parentheses. The planner has no mean-TTFT-under-load output, so that mean is the closed-loop one.",
-        "",
     ]
+    for m in out.get("merged_runs", []):
+        L.append(
+            f"- Merged in later with `--only` (the rest of the table is from the run above): "
+            f"{', '.join(m['scenarios'])}; run {m['date']}, project commit `{m['project_commit']}`, "
+            f"{m['reps']} timed run(s) each, load average {m['loadavg_start'][0]:.1f} / {m['loadavg_end'][0]:.1f}."
+        )
+    L.append("")
 
     # ---- speed table
     L += [
@@ -1086,6 +1124,8 @@ def render_section(out: dict, quick: bool) -> str:
     ]
     for rec in res:
         s = rec["scenario"]
+        if s.get("disagg"):
+            continue  # their own table (pools side by side) follows
         price = prices.get(s["gpu"])
         a = rec["aic"]
         a_wall = median([r["wall_s"] for r in a["runs"]])
@@ -1120,6 +1160,7 @@ def render_section(out: dict, quick: bool) -> str:
                     )
                 )
     L.append("")
+    L += disagg.render(out, VARIANTS, fmt, median)
 
     # ---- cross-prediction
     L += [
@@ -1339,8 +1380,10 @@ def render_verdict(out: dict, ratios: list[float], inner: list[float]) -> list[s
             else ""
         ),
         "- **Disaggregated serving.** It sizes separate prefill and decode pools (xPyD) and the KV transfer "
-        f"between them, and picked disaggregated serving in {n_disagg} of {len(res)} scenarios here; the "
-        "planner only models aggregated replicas.",
+        f"between them, and picked disaggregated serving in {n_disagg} of {len(res)} scenarios here. The "
+        "planner searches prefill/decode pools only where a problem asks (`search: disaggregation`, the "
+        f"{sum(1 for r in res if r['scenario'].get('disagg'))} disaggregated scenarios), with analytic "
+        "capacities (docs/serving-model.md section 14) rather than measured kernels.",
         "- **Engine-specific knobs and artifacts.** It models and emits what a specific engine needs to reach "
         "its prediction: backend and version (TensorRT-LLM, vLLM, SGLang, or all three compared with "
         "`--backend auto`), attention and MoE kernel backends, chunked-prefill token budget, MTP speculative "
