@@ -22,7 +22,11 @@ For every scenario (model x GPU type x total GPUs x TTFT/TPOT limits, ISL 4000 /
 4. accuracy: both tools predict the measured rows of aiconfigurator's shipped
    ``silicon_sample.csv`` that cover a scenario's model and GPU (nearest ISL/OSL shape);
 5. writes results/ (JSON, CSV) and the "## vs NVIDIA aiconfigurator" section of
-   docs/benchmarks.md (other sections of that file are left as they are).
+   docs/benchmarks.md (other sections of that file are left as they are); with ``--only`` the
+   scenarios run are merged into the stored results.json (merge.py).
+
+The disaggregated scenarios (disagg.py) add ``disaggregation: [false, true]`` to the planner's
+three problems and get a table of both tools' prefill/decode pools.
 
 Only the standard library is used here; aiconfigurator runs in its own virtualenv
 (aic_side.py) and the planner in the project's (ours_side.py, the ``planner`` CLI).
@@ -232,7 +236,11 @@ def summarize_aic_row(row: dict, mode: str, s: dict) -> dict:
             "batch": int(_f(row, "bs")),
             "gemm": row.get("gemm"),
             "kvcache": row.get("kvcache"),
+            "dp": int(_f(row, "dp") or 1),  # attention data parallelism (MoE models)
+            "parallel": row.get("parallel"),  # e.g. tp1pp1dp16etp1ep16: TP, PP, DP, MoE TP, EP
         }
+        if detail["dp"] > 1:
+            config = f"{row.get('parallel')} " + config
     else:
 
         def part(p):
@@ -255,6 +263,11 @@ def summarize_aic_row(row: dict, mode: str, s: dict) -> dict:
             "gemm": row.get("(d)gemm"),
             "kvcache": row.get("(d)kvcache"),
         }
+        for p, key in (("p", "prefill"), ("d", "decode")):  # GPUs of one worker: TP x PP x attention DP
+            detail[f"{key}_gpus_per_worker"] = int(
+                (_f(row, f"({p})tp") or 1) * (_f(row, f"({p})pp") or 1) * (_f(row, f"({p})dp") or 1)
+            )
+            detail[f"{key}_parallel"] = row.get(f"({p})parallel")
     return {
         "mode": mode,
         "config": config,
@@ -717,7 +730,7 @@ def main() -> int:
                         }
                     )
         agg = rec["aic"].get("agg")
-        if agg:
+        if agg and agg["detail"].get("dp", 1) == 1:  # `planner eval` has no attention DP / EP flags
             q = AIC_QUANT.get(agg["detail"]["gemm"], s["precision"])
             kv = AIC_QUANT.get(agg["detail"]["kvcache"], s["precision"])
             eval_calls.append(
@@ -958,7 +971,7 @@ def render_section(out: dict, quick: bool) -> str:
         "the project's environment; `AIC_VERSION=...` picks another release), uses the project's `.venv` for "
         "`planner`, times both tools, writes `benchmarks/vs_aiconfigurator/results/` (`results.json`, "
         "`accuracy_rows.csv`) and rewrites this section. `--quick` runs two scenarios once (a smoke test); "
-        "`--only TEXT` runs the scenarios whose id contains TEXT; `--reps N` changes the repetitions; "
+        "`--only TEXT` runs the scenarios whose id contains TEXT and merges them into the stored results; `--reps N` changes the repetitions; "
         "`--render-only --refresh-accuracy` recomputes only the planner's accuracy-model column (after a "
         "recalibration) and rewrites this section without timing anything.",
         "",
