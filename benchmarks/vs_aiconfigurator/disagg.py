@@ -159,7 +159,11 @@ def _reading(recs: list[dict]) -> list[str]:
     differences between the two models that explain them."""
     aic_disagg = sum(1 for r in recs if (r["aic"].get("chosen") or {}).get("mode") == "disagg")
     same = [r["ours"]["same-gpu"] for r in recs]
-    pooled = sum(1 for o in same if any(d.get("role") not in (None, "both") for d in (o.get("deployments") or [])))
+
+    def has_pools(o: dict) -> bool:
+        return any(d.get("role") not in (None, "both") for d in (o.get("deployments") or []))
+
+    pooled = sum(1 for o in same if has_pools(o.get("relaxed") or o))
     short = [
         f"{r['scenario']['model']}: {o['relaxed']['gpus']} {r['scenario']['gpu']}"
         for r, o in zip(recs, same)
@@ -169,7 +173,8 @@ def _reading(recs: list[dict]) -> list[str]:
     mixed = sum(1 for o in cat if len({d["gpu"] for d in o.get("deployments") or []}) > 1)
     return [
         f"What they picked: aiconfigurator chose disaggregated serving in {aic_disagg} of {len(recs)} of these "
-        f"scenarios. With the same GPU type and precision the planner's plan #1 uses prefill/decode pools in "
+        f"scenarios. With the same GPU type and precision the planner's plan #1 (or, where it is infeasible on "
+        f"the scenario's GPUs, its plan with the verified relaxation) uses prefill/decode pools in "
         f"{pooled} of {len(recs)}"
         + (f"; in {len(short)} it cannot meet the p95 SLOs on the scenario's GPU count and needs "
            + ", ".join(short) + " (the ↳ rows)" if short else "")
