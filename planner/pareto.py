@@ -32,7 +32,7 @@ from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
 from planner.parameters import ProblemParams
 from planner.planning import planning_instance, usd_per_million_tokens
-from planner.optimize.prune import candidate_roles
+from planner.optimize.prune import candidate_blocks, candidate_roles
 from planner.problem import Problem
 from planner.search import workload_arrays, workload_capacity
 from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve
@@ -186,7 +186,7 @@ def _survivors(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, limited: set
         return idx
     price = frame["usd_per_replica_hour"].to_numpy(float)[idx]
     gpus = frame["gpus"].to_numpy(float)[idx]
-    t, role = types[idx], candidate_roles(frame)[idx]
+    t, role = types[idx], candidate_blocks(frame)[idx]
     strong = set()
     for k in range(lo.shape[1]):
         for value in (lo[idx, k] / price, lo[idx, k]):
@@ -201,7 +201,7 @@ def _survivors(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, limited: set
         ge = (ls[None, :, :] >= hi[idx[start:stop], None, :]).all(axis=2)
         cheaper = price[s][None, :] <= price[start:stop, None]
         swap = free[None, :] | ((t[s][None, :] == t[start:stop, None]) & (gpus[s][None, :] <= gpus[start:stop, None]))
-        swap &= role[s][None, :] == role[start:stop, None]  # never a prefill or decode replica for another role
+        swap &= role[s][None, :] == role[start:stop, None]  # never a role or pool for another
         dropped[start:stop] = (ge & cheaper & swap).any(axis=1)
     dropped[s] = False
     return idx[~dropped]

@@ -23,7 +23,7 @@ from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATI
                                            plan_alternatives)
 from planner.optimize.model import build_model
 from planner.disagg_roles import pool_scale_out_bytes_per_s, role_latency
-from planner.optimize.prune import candidate_roles, prefilter_dominated, role_blocks
+from planner.optimize.prune import candidate_blocks, candidate_pools, candidate_roles, prefilter_dominated, role_blocks
 from planner.parameters import ProblemParams
 from planner.problem import Problem
 from planner.search import candidates_and_params, problem_params, rejection_counts, workload_arrays
@@ -167,7 +167,7 @@ def planning_instance(problem: Problem, candidates: pd.DataFrame,
         return None
     rows = feasible.loc[capacity.index]
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    keep = capacity.index[prefilter_dominated(rows, role_blocks(candidate_roles(rows), capacity), limited)].sort_values()
+    keep = capacity.index[prefilter_dominated(rows, role_blocks(candidate_blocks(rows), capacity), limited)].sort_values()
     cands = feasible.loc[keep].rename(columns={"gpus": "gpus_per_replica"})
     cands = cands[["gpu", "gpus_per_replica", "usd_per_replica_hour",
                    *[c for c in CONFIG_COLUMNS + ("name",) if c in cands.columns]]]
@@ -327,13 +327,27 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
 
 def with_pools(deployments: pd.DataFrame) -> pd.DataFrame:
     """``deployments`` with ``pool`` where they have roles: a pool is the prefill and decode
-    deployments serving one model's disaggregated traffic (the optimizer's ``pd_balance``
-    per workload; a model's workloads share its pool), its id the model id; None for the
-    aggregated (``both``) deployments. Without a ``role`` column: unchanged."""
+    deployments serving one model's disaggregated traffic with one weight format and KV
+    dtype (:data:`planner.optimize.prune.POOL_KEY`; the optimizer's ``pd_balance`` per
+    workload and pool; a model's workloads share its pools). Its id is the model id, or
+    ``<model>-<format>-kv-<kv dtype>`` where the plan has several pools of one model; None
+    for the aggregated (``both``) deployments. Without a ``role`` column: unchanged."""
     if "role" not in deployments.columns:
         return deployments
-    pool = np.where(candidate_roles(deployments) == "both", None, deployments["model"].to_numpy(object))
-    return deployments.assign(pool=pool)
+    keys = candidate_pools(deployments)
+    models = deployments["model"].to_numpy(object)
+    pooled = keys != ""
+    per_model = pd.Series(keys[pooled]).groupby(models[pooled]).nunique()
+
+    def pool_id(model, key):
+        if not key:
+            return None
+        if per_model[model] == 1:
+            return model
+        _, fmt, kv = key.split("|")
+        return f"{model}-{fmt}-kv-{kv}"
+
+    return deployments.assign(pool=np.array([pool_id(m, k) for m, k in zip(models, keys)], dtype=object))
 
 
 def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:

@@ -4,6 +4,7 @@ role dimension, the safe-side role capacities, pools in the plan, launch setting
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 from conftest import run_cli, run_json
@@ -118,3 +119,39 @@ def test_dense_problem_has_no_roles(tmp_path):
     path.write_text(yaml.safe_dump(spec))
     doc = run_json("solve", path, "--no-pareto", "--top", "1")
     assert all("role" not in d and "pool" not in d for d in doc["plans"][0]["deployments"])
+
+
+def test_a_pool_shares_one_weight_format_and_kv_dtype(tmp_path):
+    """The decode replica continues from the prefill replica's KV with the same weights: the
+    optimizer balances prefill and decode traffic per (model, format, KV dtype) pool."""
+    spec = {"name": "mixed-formats", "workloads": [{**WORKLOAD, "model": "llama-3.1-70b", "rate_per_s": 12}],
+            "search": {"gpus": ["a100-sxm-80gb", "l40s", "h200-sxm", "b200", "mi300x"],
+                       "quantization": ["bf16", "fp8", "int8"], "kv_cache_dtype": ["bf16", "fp8"],
+                       "tp": [1, 2, 4, 8], "max_batch": [64, 256], "disaggregation": [True]}}
+    # (balanced per model only, plan #1 here decoded int8 weights after an fp8 prefill)
+    path = tmp_path / "mixed.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    doc = run_json("solve", path, "--no-pareto", "--top", "5")
+    assert doc["status"] == "optimal"
+    for plan in doc["plans"]:
+        sides = {}
+        for d in plan["deployments"]:
+            sides.setdefault(d["pool"], {}).setdefault(d["role"], set()).add((d["quantization"], d["kv_cache_dtype"]))
+            assert d["role"] in ("prefill", "decode")
+        for pool, roles in sides.items():
+            assert set(roles) == {"prefill", "decode"}, (pool, roles)
+            assert len(roles["prefill"] | roles["decode"]) == 1, (pool, roles)  # one format, one KV dtype
+
+
+def test_pool_ids_name_the_format_when_a_model_has_several_pools():
+    from planner.planning import with_pools
+
+    deployments = pd.DataFrame({"model": ["m"] * 5, "role": ["prefill", "decode", "prefill", "decode", "both"],
+                                "quantization": ["fp8", "fp8", "bf16", "bf16", "fp8"],
+                                "kv_cache_dtype": ["fp8", "fp8", "bf16", "bf16", "fp8"]})
+    def ids(frame):
+        return [p if isinstance(p, str) else None for p in with_pools(frame)["pool"]]  # None or NaN: no pool
+
+    assert ids(deployments) == ["m-fp8-kv-fp8", "m-fp8-kv-fp8", "m-bf16-kv-bf16",
+                                                        "m-bf16-kv-bf16", None]
+    assert ids(deployments.iloc[[0, 1, 4]]) == ["m", "m", None]

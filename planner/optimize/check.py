@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from planner.optimize.prune import candidate_roles
+from planner.optimize.prune import candidate_pools, candidate_roles
 
 if TYPE_CHECKING:   # annotations only: the checker shares no code with the model
     from planner.optimize.instance import PlanningInstance
@@ -98,14 +98,17 @@ def _check_routing(instance, routing: pd.DataFrame, deployed: set[str]) -> list[
     # A request is served once by an aggregated or a prefill replica; the decode replicas of
     # its pool carry exactly the rate the prefill replicas do.
     served = routing[role != "decode"].groupby("workload")["rate_per_s"].sum().reindex(rate.index, fill_value=0.0)
-    prefilled = routing[role == "prefill"].groupby("workload")["rate_per_s"].sum()
-    decoded = routing[role == "decode"].groupby("workload")["rate_per_s"].sum()
+    pools = pd.Series(candidate_pools(instance.candidates), index=instance.candidates.index)
+    keyed = routing.assign(_pool=pools.reindex(routing["candidate_id"]).fillna("").to_numpy())
+    prefilled = keyed[role == "prefill"].groupby(["workload", "_pool"])["rate_per_s"].sum()
+    decoded = keyed[role == "decode"].groupby(["workload", "_pool"])["rate_per_s"].sum()
     for workload in rate.index:
         if not np.isclose(served[workload], rate[workload], rtol=RATE_RTOL, atol=0):
             out.append(f"workload {workload}: served {served[workload]} of {rate[workload]} req/s")
-        p, d = prefilled.get(workload, 0.0), decoded.get(workload, 0.0)
+    for workload, pool in sorted(set(prefilled.index) | set(decoded.index)):
+        p, d = prefilled.get((workload, pool), 0.0), decoded.get((workload, pool), 0.0)
         if not np.isclose(p, d, rtol=RATE_RTOL, atol=0):
-            out.append(f"workload {workload}: prefilled {p} but decoded {d} req/s")
+            out.append(f"workload {workload}: pool {pool} prefilled {p} but decoded {d} req/s")
     extra = sorted(set(routing["workload"]) - set(rate.index))
     if extra:
         out.append(f"routing: unknown workloads {extra}")

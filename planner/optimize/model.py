@@ -10,7 +10,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance
-from planner.optimize.prune import candidate_roles, prune_dominated, role_blocks
+from planner.optimize.prune import candidate_blocks, candidate_pools, candidate_roles, prune_dominated, role_blocks
 from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
                                       check_magnitudes, cost_units, limit_cost_units,
                                       replica_upper_bounds, scale_loads)
@@ -101,8 +101,9 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     -----
     Variables: replicas y_j in [0, U_j], use_j, spare_j, traffic units x_jk in [0, Q_k].
     Constraints: ``serve[k]``: sum_j x_jk = Q_k over the aggregated and prefill-role
-    candidates; ``pd_balance[k]``: sum of x_jk over decode-role candidates = the sum over
-    prefill-role ones (disaggregated serving, docs/serving-model.md 14.5);
+    candidates; ``pd_balance[k]`` (per pool key when there are several): sum of x_jk over a
+    pool's decode-role candidates = the sum over its prefill-role ones (disaggregated serving,
+    docs/serving-model.md 14.5);
     ``load[j]``: sum_k a_jk x_jk + L_j spare_j
     <= L_j y_j; ``spare[j,k]``: x_jk <= Q_k spare_j for redundancy workloads;
     ``use_link[j]``: use_j <= y_j <= U_j use_j; ``inventory_gpus[g]``; ``budget_usd_per_hour``;
@@ -111,7 +112,7 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     workloads = instance.workloads
     cands = instance.candidates.sort_index()
     cap_frame = instance.capacity_per_s.loc[cands.index, list(workloads)].astype(float)
-    pruned = (prune_dominated(cands, role_blocks(candidate_roles(cands), cap_frame)) if prune
+    pruned = (prune_dominated(cands, role_blocks(candidate_blocks(cands), cap_frame)) if prune
               else pd.Series(dtype=object, name="dominated_by"))
     keep = ~cands.index.isin(pruned.index)
     cands, cap_frame = cands[keep], cap_frame[keep]
@@ -151,16 +152,21 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
                          for i, (j, k) in enumerate(zip(rows, cols))], index=pairs, dtype=object)
 
     role_of = candidate_roles(cands)[rows]
+    pool_of = candidate_pools(cands)[rows]
     for k, name in enumerate(workloads):
         mine_k = cols == k
         served = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
         model.add(cp_model.LinearExpr.sum(served) == int(q_arr[k])).with_name(f"serve[{name}]")
-        prefilled = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of == "prefill"))]
-        decoded = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of == "decode"))]
-        if prefilled or decoded:
-            # Every request prefilled by the workload's pool is decoded by it (same traffic units).
+        pools = sorted(set(pool_of[mine_k & (role_of != "both")]))
+        for pool in pools:
+            # Every request a pool prefills it decodes (same traffic units; one weight format and
+            # KV dtype on both sides, prune.POOL_KEY).
+            in_pool = mine_k & (pool_of == pool)
+            prefilled = [traffic.iloc[i] for i in np.flatnonzero(in_pool & (role_of == "prefill"))]
+            decoded = [traffic.iloc[i] for i in np.flatnonzero(in_pool & (role_of == "decode"))]
+            suffix = "" if len(pools) == 1 else f",{pool}"
             model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
-                f"pd_balance[{name}]")
+                f"pd_balance[{name}{suffix}]")
     for j, cid in enumerate(ids):
         mine = np.flatnonzero(rows == j)
         load = cp_model.LinearExpr.weighted_sum([traffic.iloc[i] for i in mine],

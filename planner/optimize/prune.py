@@ -8,6 +8,10 @@ import pandas as pd
 NO_CAPACITY = "<serves no workload>"
 #: Serving roles of a candidate (column ``role``; absent: every candidate is ``both``).
 ROLES = ("both", "prefill", "decode")
+#: What the prefill and decode replicas of one pool share: the model, its weights' format and
+#: the KV dtype (the decode replica continues from the KV cache the prefill replica computed,
+#: with the same weights).
+POOL_KEY = ("model", "quantization", "kv_cache_dtype")
 
 
 def candidate_roles(candidates: pd.DataFrame) -> np.ndarray:
@@ -17,19 +21,38 @@ def candidate_roles(candidates: pd.DataFrame) -> np.ndarray:
     return candidates["role"].fillna("both").to_numpy(object)
 
 
-def role_blocks(roles: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
-    """The capacities with one block of workload columns per role present: a candidate's
-    capacities sit in its own role's block, zeros elsewhere. Dominance on these columns
-    never lets a prefill-role or decode-role candidate replace one of another role (a
-    prefill replica serves a request only with a decode replica). Without roles other
-    than ``both``: the capacities themselves."""
-    present = [r for r in ROLES if (roles == r).any()]
+def candidate_pools(candidates: pd.DataFrame) -> np.ndarray:
+    """The pool key (``POOL_KEY`` values joined by ``|``) of each prefill/decode candidate,
+    ``""`` for aggregated ones: only replicas with the same key can hand a request over."""
+    roles = candidate_roles(candidates)
+    cols = [c for c in POOL_KEY if c in candidates.columns]
+    if not cols or (roles == "both").all():
+        return np.full(len(candidates), "", dtype=object)
+    key = candidates[cols].astype(str).agg("|".join, axis=1).to_numpy(object)
+    return np.where(roles == "both", "", key)
+
+
+def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
+    """What a candidate can stand in for: ``both`` for aggregated candidates, the role and
+    pool key (``prefill@<key>``, ``decode@<key>``) for the others. Dominance compares only
+    candidates of one block: a prefill or decode replica serves a request only with a
+    partner of the other role in its pool."""
+    roles, pools = candidate_roles(candidates), candidate_pools(candidates)
+    return np.where(roles == "both", "both", roles + "@" + pools)
+
+
+def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
+    """The capacities with one block of workload columns per :func:`candidate_blocks` label
+    present: a candidate's capacities sit in its own block, zeros elsewhere, so dominance on
+    these columns never lets a candidate replace one of another role or pool. Without
+    roles other than ``both``: the capacities themselves."""
+    present = sorted(set(blocks), key=lambda b: (b != "both", b))
     if present == ["both"] or not present:
         return capacity_per_s
     cap = capacity_per_s.to_numpy(float)
-    blocks = [np.where((roles == r)[:, None], cap, 0.0) for r in present]
-    columns = [f"{c}@{r}" for r in present for c in capacity_per_s.columns]
-    return pd.DataFrame(np.hstack(blocks), index=capacity_per_s.index, columns=columns)
+    parts = [np.where((blocks == b)[:, None], cap, 0.0) for b in present]
+    columns = [f"{c}@{b}" for b in present for c in capacity_per_s.columns]
+    return pd.DataFrame(np.hstack(parts), index=capacity_per_s.index, columns=columns)
 
 
 def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:

@@ -12,7 +12,7 @@ from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel, build_model
-from planner.optimize.prune import candidate_roles
+from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
 from planner.optimize.tiebreak import TIE_BREAK_RULE, canonical_solution, new_solver, tie_break_weight
 
@@ -161,16 +161,18 @@ def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
     price = built.price_units.loc[ids].to_numpy(float)
     per_unit = price * built.load_coef.to_numpy() / built.load_units_per_replica.loc[ids].to_numpy()
     role = pd.Series(candidate_roles(built.candidates), index=built.candidates.index).loc[ids].to_numpy()
+    pool = pd.Series(candidate_pools(built.candidates), index=built.candidates.index).loc[ids].to_numpy()
     x = pd.Series(0, index=pairs, dtype=np.int64)
     for workload, cost in pd.Series(per_unit, index=pairs).groupby(level="workload"):
-        # the cheapest aggregated candidate, or the cheapest prefill + decode pair if cheaper
-        mine = role[pairs.get_level_values("workload") == workload]
-        best = {r: cost[mine == r].idxmin() for r in ("both", "prefill", "decode") if (mine == r).any()}
-        pd_pair = ("prefill" in best and "decode" in best)
-        if pd_pair and ("both" not in best or cost[best["prefill"]] + cost[best["decode"]] < cost[best["both"]]):
-            chosen = [best["prefill"], best["decode"]]
-        else:
-            chosen = [best["both"]] if "both" in best else []
+        # the cheapest aggregated candidate, or the cheapest prefill + decode pair of one pool
+        at = pairs.get_level_values("workload") == workload
+        mine, pools = role[at], pool[at]
+        options = [[cost[mine == "both"].idxmin()]] if (mine == "both").any() else []
+        for key in sorted(set(pools[mine != "both"])):
+            p, d = (mine == "prefill") & (pools == key), (mine == "decode") & (pools == key)
+            if p.any() and d.any():
+                options.append([cost[p].idxmin(), cost[d].idxmin()])
+        chosen = min(options, key=lambda c: sum(cost[i] for i in c)) if options else []
         for pair in chosen:
             x[pair] = int(built.traffic_units[workload])
     load = (built.load_coef * x).groupby(level="candidate_id").sum()
