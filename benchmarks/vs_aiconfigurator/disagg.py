@@ -191,12 +191,13 @@ def _reading(recs: list[dict]) -> list[str]:
         "(TP1/TP2, batch 1) to measured context-phase kernels and rates each xPyD split by its simulated "
         "throughput.",
         "- **One GPU type against the catalog.** aiconfigurator's `cli default` searches one system; the "
-        "planner's whole-catalog rows may put prefill and decode on different GPU types (and, in the "
-        "every-format rows, different weight formats per role, INT8/INT4 included, whose quality loss it does "
-        "not model), which is where most of their saving comes from.",
+        "planner's whole-catalog rows may put prefill and decode on different GPU types (a pool keeps one "
+        "weight format and KV dtype on both sides; the every-format rows may pick INT8/FP8 weights), which is "
+        "where most of their saving comes from.",
         "- **MoE layouts.** For DeepSeek-V3 aiconfigurator searches attention data parallelism and expert "
         "parallelism (its `parallel` column, e.g. `tp1pp1dp16etp1ep16`); these problems search the planner's "
-        "TP/PP/batch only (`search: ep` / `attention_dp` are not in this revision), so its DeepSeek candidates "
-        "are tensor/pipeline-parallel replicas and the comparison favours aiconfigurator's search space.",
+        "TP/PP/batch only (the planner's `search: ep` / `attention_dp` keys are not used by these generated "
+        "problems yet), so its DeepSeek candidates are tensor/pipeline-parallel replicas and the comparison "
+        "favours aiconfigurator's search space.",
         "",
     ]
