@@ -64,11 +64,6 @@ def for_configs(catalog, calibration, overrides: dict | None, engine: str | None
     return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths)
 
 
-def take(params: ServingParams, rows) -> ServingParams:
-    """The parameters of configuration rows ``rows`` (:meth:`ServingParams.take`)."""
-    return params.take(rows)
-
-
 def concat(parts: list[ServingParams], sizes: list[int]) -> ServingParams:
     """The parameters of consecutive blocks of rows (``sizes[i]`` rows have ``parts[i]``), as one;
     a field that is the same scalar in every part stays that scalar."""
@@ -116,7 +111,7 @@ class ProblemParams:
         if self.per_candidate is None or (pos < 0).any():
             missing = rows.index[pos < 0]
             raise KeyError(f"no serving parameters for candidate {missing[0] if len(missing) else '?'}")
-        return take(self.per_candidate, pos)
+        return self.per_candidate.take(pos)
 
 
 def describe(calibration, overrides: dict | None = None, engine: str | None = None) -> dict:

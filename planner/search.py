@@ -188,8 +188,8 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
     for w in workloads:
-        cap = workload_capacity(problem, ok.iloc[live], w, parameters.take(params, live),
-                                arrays=_take(warrays[w.name], live), margins=Margins.of(problem))
+        cap = workload_capacity(problem, ok.iloc[live], w, params.take(live),
+                                arrays=warrays[w.name].take(live), margins=Margins.of(problem))
         rate = np.zeros(n_ok)
         central = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)
@@ -223,14 +223,6 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
     return frame, params, n_ok
-
-
-def _take(arrays: ConfigArrays, rows: np.ndarray) -> ConfigArrays:
-    """The configurations at positions ``rows`` (scalar columns stay scalar)."""
-    from dataclasses import fields
-
-    return arrays.replace(**{f.name: getattr(arrays, f.name)[rows] for f in fields(arrays)
-                             if np.ndim(getattr(arrays, f.name))})
 
 
 def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArrays:
@@ -286,7 +278,7 @@ def _by_role(problem: Problem, rows: pd.DataFrame, workload, params: ServingPara
         pos = np.flatnonzero(roles == role)
         if not len(pos):
             continue
-        sub, sub_arrays, sub_params = rows.iloc[pos], _take(arrays, pos), parameters.take(params, pos)
+        sub, sub_arrays, sub_params = rows.iloc[pos], arrays.take(pos), params.take(pos)
         if role == "both":
             got = workload_capacity(problem, sub.drop(columns="role"), workload, sub_params, tpot, ttft,
                                     arrays=sub_arrays, margins=margins)

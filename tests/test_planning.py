@@ -83,7 +83,7 @@ def test_concat_keeps_shared_scalars_and_broadcasts_the_rest():
     np.testing.assert_array_equal(out.memory_efficiency, [0.7, 0.75, 0.8, 0.8, 0.8])
     np.testing.assert_array_equal(out.step_overhead_s, [0.001, 0.001, 0.002, 0.002, 0.002])
     assert out.compute_efficiency == 0.6 and np.ndim(out.compute_efficiency) == 0
-    _same(parameters.take(out, np.array([4, 0])),
+    _same(out.take(np.array([4, 0])),
           ServingParams(memory_efficiency=np.array([0.8, 0.7]), step_overhead_s=np.array([0.002, 0.001])))
 
 
