@@ -62,11 +62,13 @@ def _largest_occupancy(d: disagg.DisaggArrays, t: TrafficArrays, good, shape, st
     return np.where(top_ok, hi, lo)
 
 
-def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s) -> np.ndarray:
+def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s,
+                       svc: dict | None = None) -> np.ndarray:
     """The prefill part of TTFT_95 at ``rate_per_s`` on one prefill replica [s] (inf when
     overloaded): W_mean + E[S + X] + sqrt((W_95 - W_mean)^2 + (S_95 + X_95 - E[S + X])^2)
-    + request overhead (section 14.2 without the decode terms)."""
-    svc = disagg.prefill_service(d, t)
+    + request overhead (section 14.2 without the decode terms). ``svc``: the
+    :func:`planner.serving.disagg.prefill_service` of ``d`` when the caller has it."""
+    svc = disagg.prefill_service(d, t) if svc is None else svc
     queue = disagg.prefill_queue(1.0, rate_per_s, svc["mean_s"], svc["second_moment_s2"])
     with np.errstate(invalid="ignore", over="ignore"):
         own_dev = np.maximum(svc["p95_own_s"] - svc["mean_own_s"], 0.0)
@@ -75,20 +77,23 @@ def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s) -> 
     return np.where(queue["utilization"] < 1.0, ttft, np.inf)
 
 
-def prefill_capacity(d: disagg.DisaggArrays, t: TrafficArrays, budget_s) -> dict:
+def prefill_capacity(d: disagg.DisaggArrays, t: TrafficArrays, budget_s, svc: dict | None = None) -> dict:
     """Largest rate [1/s] one prefill replica carries with :func:`prefill_ttft_p95_s` <= ``budget_s``
-    (bisection on the rate in [0, 1/E[S]); the TTFT increases with the rate)."""
-    mean_s = disagg.prefill_service(d, t)["mean_s"]
+    (bisection on the rate in [0, 1/E[S]); the TTFT increases with the rate). ``svc``: as
+    for :func:`prefill_ttft_p95_s` (the service does not depend on the rate: computed once)."""
+    svc = disagg.prefill_service(d, t) if svc is None else svc
+    mean_s = svc["mean_s"]
     budget = np.asarray(budget_s, dtype=float)
     hi = np.broadcast_to(1.0 / mean_s, np.broadcast_shapes(np.shape(mean_s), budget.shape)).astype(float)
     lo = np.zeros_like(hi)
     for _ in range(PREFILL_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = prefill_ttft_p95_s(d, t, mid) <= budget
+        ok = prefill_ttft_p95_s(d, t, mid, svc) <= budget
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    trickle = prefill_ttft_p95_s(d, t, np.zeros_like(lo))
+    trickle = prefill_ttft_p95_s(d, t, np.zeros_like(lo), svc)
     rate = np.where(trickle <= budget, lo, 0.0)
-    return {"rate_per_s": rate, "ttft_p95_s": np.where(rate > 0, prefill_ttft_p95_s(d, t, rate), trickle)}
+    ttft = np.where(rate > 0, prefill_ttft_p95_s(d, t, rate, svc), trickle)
+    return {"rate_per_s": rate, "ttft_p95_s": ttft}
 
 
 def decode_capacity(d: disagg.DisaggArrays, t: TrafficArrays, tpot_slo_s, slot_wait_s,
@@ -124,10 +129,11 @@ def role_capacity(role: str, arrays: ConfigArrays, params: ServingParams, traffi
     allowance = DECODE_TTFT_ALLOWANCE_TPOTS * workload.slo.tpot_p95_s
     d = _pair(role, arrays, params, scale_out_bytes_per_s)
     results = {}
+    svc = disagg.prefill_service(d, traffic) if role == "prefill" else None  # one for every SLO pair
 
     def capacity(ttft_slo_s, tpot_slo_s):
         if role == "prefill":
-            got = prefill_capacity(d, traffic, ttft_slo_s - allowance)
+            got = prefill_capacity(d, traffic, ttft_slo_s - allowance, svc)
         else:
             got = decode_capacity(d, traffic, tpot_slo_s, workload.slo.tpot_p95_s)
         results[ttft_slo_s, tpot_slo_s] = got

@@ -10,7 +10,8 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance
-from planner.optimize.prune import candidate_blocks, candidate_pools, candidate_roles, prune_dominated, role_blocks
+from planner.optimize.prune import (candidate_blocks, candidate_pools, candidate_roles, prune_dominated,
+                                    prune_dominated_pools, role_blocks)
 from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
                                       check_magnitudes, cost_units, limit_cost_units,
                                       replica_upper_bounds, scale_loads)
@@ -86,7 +87,8 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     instance : PlanningInstance
         The validated problem.
     prune : bool, default True
-        Drop dominated candidates first (see :func:`prune_dominated`).
+        Drop dominated candidates first (see :func:`prune_dominated`), then the
+        prefill/decode pools another pool covers (:func:`prune_dominated_pools`).
 
     Returns
     -------
@@ -115,6 +117,10 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     pruned = (prune_dominated(cands, role_blocks(candidate_blocks(cands), cap_frame)) if prune
               else pd.Series(dtype=object, name="dominated_by"))
     keep = ~cands.index.isin(pruned.index)
+    if prune:  # then whole prefill/decode pools another pool covers
+        pooled = prune_dominated_pools(cands[keep], cap_frame[keep])
+        pruned = pd.concat([pruned, pooled]).sort_index() if len(pooled) else pruned
+        keep &= ~cands.index.isin(pooled.index)
     cands, cap_frame = cands[keep], cap_frame[keep]
     ids = pd.Index(cands.index, name="candidate_id")
     q = instance.traffic_units()

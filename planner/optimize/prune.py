@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 NO_CAPACITY = "<serves no workload>"
+NO_PARTNER = "<no candidate of the other role in its pool>"
 #: Serving roles of a candidate (column ``role``; absent: every candidate is ``both``).
 ROLES = ("both", "prefill", "decode")
 #: What the prefill and decode replicas of one pool share: the model, its weights' format and
@@ -28,7 +29,9 @@ def candidate_pools(candidates: pd.DataFrame) -> np.ndarray:
     cols = [c for c in POOL_KEY if c in candidates.columns]
     if not cols or (roles == "both").all():
         return np.full(len(candidates), "", dtype=object)
-    key = candidates[cols].astype(str).agg("|".join, axis=1).to_numpy(object)
+    key = candidates[cols[0]].astype(str).to_numpy(object)
+    for col in cols[1:]:  # element-wise string concatenation (a row-wise join is 100x slower)
+        key = key + "|" + candidates[col].astype(str).to_numpy(object)
     return np.where(roles == "both", "", key)
 
 
@@ -121,13 +124,89 @@ def _kept_dominator(rows, cap, gpr, price, ids) -> str:
     return str(ids[rows[order[0]]])  # unreachable for a strict partial order
 
 
+def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:
+    """Find the prefill/decode pools that can be removed without changing the optimum.
+
+    Parameters
+    ----------
+    candidates : pandas.DataFrame
+        Columns ``gpu``, ``gpus_per_replica``, ``usd_per_replica_hour``, ``role`` and the
+        :data:`POOL_KEY` columns (without roles: nothing is pruned).
+    capacity_per_s : pandas.DataFrame
+        Same index and order, one column per workload [1/s] (not :func:`role_blocks`).
+
+    Returns
+    -------
+    pandas.Series
+        Indexed by pruned ``candidate_id``, value: the id of a kept candidate of the same
+        role that dominates it (in a pool that covers its pool), or ``NO_PARTNER`` for a
+        candidate whose pool has no candidate of the other role.
+
+    Notes
+    -----
+    Pool B *covers* pool A when every prefill candidate of A is weakly dominated (same GPU
+    type, no more GPUs per replica, no higher price, at least the capacity of every
+    workload) by a prefill candidate of B, and every decode candidate of A by a decode
+    candidate of B. Then any plan using A maps to one using B at no higher cost: each of
+    A's deployments becomes as many replicas of its dominator (merged with B's deployment
+    of that candidate if there is one); the traffic each carried moves with it, so B's
+    ``pd_balance`` holds (its prefilled and decoded traffic grow by the same amount), and
+    loads, N+1 spares, GPUs per type, budget and the number of distinct configurations do
+    not grow. A is dropped when some pool B covers it and A does not cover B, or both
+    cover each other and B's key sorts first: a strict partial order, so some kept pool
+    covers every dropped one. A pool with prefill candidates but no decode ones (or the
+    reverse) serves nothing (``pd_balance`` holds its traffic at 0; a deployment must
+    carry traffic).
+    """
+    roles, pools = candidate_roles(candidates), candidate_pools(candidates)
+    ids = candidates.index.to_numpy()
+    keys = sorted(set(pools[roles != "both"]))
+    members = {(key, role): np.flatnonzero((pools == key) & (roles == role))
+               for key in keys for role in ("prefill", "decode")}
+    dominated_by: dict[str, str] = {}
+    live = []
+    for key in keys:
+        if len(members[key, "prefill"]) and len(members[key, "decode"]):
+            live.append(key)
+        else:
+            dominated_by.update({str(ids[j]): NO_PARTNER for role in ("prefill", "decode")
+                                 for j in members[key, role]})
+    cap = capacity_per_s.to_numpy(float)
+    gpu = candidates["gpu"].to_numpy(object)
+    gpr = candidates["gpus_per_replica"].to_numpy(float)
+    price = candidates["usd_per_replica_hour"].to_numpy(float)
+
+    def weak(rows_b, rows_a) -> np.ndarray:
+        """[i, j]: candidate rows_b[j] weakly dominates rows_a[i]."""
+        return ((gpu[rows_b][None, :] == gpu[rows_a][:, None])
+                & (gpr[rows_b][None, :] <= gpr[rows_a][:, None])
+                & (price[rows_b][None, :] <= price[rows_a][:, None])
+                & (cap[rows_b][None, :, :] >= cap[rows_a][:, None, :]).all(axis=2))
+
+    covers = {(b, a): all(weak(members[b, r], members[a, r]).any(axis=1).all() for r in ("prefill", "decode"))
+              for a in live for b in live if a != b}
+    beats = {(b, a): covers[b, a] and (not covers[a, b] or b < a) for (b, a) in covers}
+    dropped = {a for a in live if any(beats[b, a] for b in live if b != a)}
+    for a in sorted(dropped):
+        b = next(b for b in live if b != a and b not in dropped and beats[b, a])
+        for role in ("prefill", "decode"):
+            rows_a, rows_b = members[a, role], members[b, role]
+            for i, mask in zip(rows_a, weak(rows_b, rows_a)):
+                dom = rows_b[mask]
+                dominated_by[str(ids[i])] = _kept_dominator(dom, cap[dom], gpr[dom], price[dom], ids)
+    pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
+    pruned.index.name = "candidate_id"
+    return pruned.sort_index()
+
+
 def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
                         limited_gpus=frozenset()) -> np.ndarray:
     """Positions of the candidates worth giving to the model (fast, vectorized, exact).
 
     Two passes over possibly hundreds of thousands of candidates, before the quadratic
     :func:`prune_dominated` sees the survivors: (1) within a group of the same GPU type,
-    GPUs per replica, price (and model, when given), keep the capacity maxima; (2) across
+    GPUs per replica, price (and model, when given; and :func:`candidate_blocks` label, when
+    there are prefill/decode candidates), keep the capacity maxima; (2) across
     GPU types without an inventory limit, drop a candidate another one beats on price and
     on every workload's capacity. Neither removes a candidate some optimal plan needs.
 
@@ -143,7 +222,13 @@ def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
     """
     gpus = "gpus" if "gpus" in candidates.columns else "gpus_per_replica"
     group_cols = [c for c in ("gpu", gpus, "usd_per_replica_hour", "model") if c in candidates.columns]
-    first = _capacity_maxima(candidates[group_cols], capacity_per_s)
+    groups = candidates[group_cols]
+    blocks = candidate_blocks(candidates)
+    if (blocks != "both").any():
+        # role_blocks capacities: a row with capacity is only dominated within its own block;
+        # a group per block keeps the pairwise pass to the block's own columns
+        groups = groups.assign(block=blocks)
+    first = _capacity_maxima(groups, capacity_per_s)
     second = ~_cheaper_elsewhere(candidates.iloc[first], capacity_per_s.iloc[first], set(limited_gpus))
     return first[second]
 
