@@ -160,26 +160,52 @@ def run_pd_requests(d: DisaggArrays, arrival_s, prompt_tokens, output_tokens, *,
     arrival = np.asarray(arrival_s, dtype=float)
     prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
     output_tokens = np.asarray(output_tokens, dtype=np.int64)
-    n = len(arrival)
-    n_p, n_d = int(_scalar(d.prefill_replicas)), int(_scalar(d.decode_replicas))
-    computed = np.maximum(np.floor((1.0 - prefix_hit_fraction) * prompt_tokens + 0.5), 1)
-    work = predicted_prefill_s(d, prompt_tokens, computed, prefill_chunk_tokens)
-    common = {"rate_per_s": float(rate_per_s), "seed": int(seed), "warmup_fraction": 0.0,
-              "prefill_chunk_tokens": int(prefill_chunk_tokens)}
+    common = {"rate_per_s": float(rate_per_s), "seed": int(seed), "prefill_chunk_tokens": int(prefill_chunk_tokens)}
+    prefill_admit, prefill_done = run_prefill_pool(d, arrival, prompt_tokens,
+                                                   prefix_hit_fraction=prefix_hit_fraction, **common)
+    transfer = np.broadcast_to(kv_transfer_time_s(d, prompt_tokens.astype(float)), (len(arrival),)).astype(float)
+    kv_arrival = prefill_done + transfer
+    first, finish = run_decode_pool(d, kv_arrival, prompt_tokens, output_tokens, **common)
+    return _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finish, prompt_tokens,
+                      output_tokens, transfer, rate_per_s=rate_per_s, seed=seed,
+                      warmup_fraction=warmup_fraction)
 
-    prefill_admit, prefill_done = np.full(n, np.nan), np.full(n, np.nan)
-    route = route_least_work(arrival, work, n_p)
-    for k in range(n_p):
+
+def run_prefill_pool(d: DisaggArrays, arrival_s, prompt_tokens, *, rate_per_s: float, seed: int,
+                     prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS,
+                     prefix_hit_fraction=0.0) -> tuple[np.ndarray, np.ndarray]:
+    """Prefill admission and completion times [s] of given requests (sorted arrivals) on the
+    prefill pool of ``d`` (steps 1-2 of the module notes; ``prefix_hit_fraction`` a number or
+    one per request). NaN for a request whose KV fits no prefill replica."""
+    arrival = np.asarray(arrival_s, dtype=float)
+    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+    n = len(arrival)
+    hit = np.broadcast_to(np.asarray(prefix_hit_fraction, dtype=float), (n,))
+    computed = np.maximum(np.floor((1.0 - hit) * prompt_tokens + 0.5), 1)
+    work = predicted_prefill_s(d, prompt_tokens, computed, prefill_chunk_tokens)
+    admit, done = np.full(n, np.nan), np.full(n, np.nan)
+    route = route_least_work(arrival, work, int(_scalar(d.prefill_replicas)))
+    for k in range(int(_scalar(d.prefill_replicas))):
         idx = np.flatnonzero(route == k)
         if not idx.size:
             continue
         r = run_requests(d.prefill, d.prefill_params, arrival[idx], prompt_tokens[idx],
                          np.ones(idx.size, np.int64), max_batch=int(_scalar(d.prefill.batch)),
-                         prefix_hit_fraction=prefix_hit_fraction, **common)
-        prefill_admit[idx], prefill_done[idx] = r.admit_s, r.first_token_s
+                         prefix_hit_fraction=hit[idx], rate_per_s=rate_per_s, seed=seed, warmup_fraction=0.0,
+                         prefill_chunk_tokens=prefill_chunk_tokens)
+        admit[idx], done[idx] = r.admit_s, r.first_token_s
+    return admit, done
 
-    transfer = np.broadcast_to(kv_transfer_time_s(d, prompt_tokens.astype(float)), (n,)).astype(float)
-    kv_arrival = prefill_done + transfer
+
+def run_decode_pool(d: DisaggArrays, kv_arrival_s, prompt_tokens, output_tokens, *, rate_per_s: float,
+                    seed: int, prefill_chunk_tokens: int = DEFAULT_PREFILL_CHUNK_TOKENS) -> tuple[np.ndarray, np.ndarray]:
+    """First-token and finish times [s] of given requests on the decode pool of ``d`` (step 4 of
+    the module notes: round robin in order of KV arrival ``kv_arrival_s``, any order, NaN for
+    a request that never left the prefill pool). NaN for a request whose KV fits no decode replica."""
+    kv_arrival = np.asarray(kv_arrival_s, dtype=float)
+    prompt_tokens = np.asarray(prompt_tokens, dtype=np.int64)
+    output_tokens = np.asarray(output_tokens, dtype=np.int64)
+    n, n_d = len(kv_arrival), int(_scalar(d.decode_replicas))
     admitted = np.isfinite(kv_arrival)
     order = np.flatnonzero(admitted)[np.argsort(kv_arrival[admitted], kind="stable")]
     first, finish = np.full(n, np.nan), np.full(n, np.nan)
@@ -188,11 +214,10 @@ def run_pd_requests(d: DisaggArrays, arrival_s, prompt_tokens, output_tokens, *,
         if not idx.size:
             continue
         r = run_requests(d.decode, d.decode_params, kv_arrival[idx], prompt_tokens[idx], output_tokens[idx],
-                         max_batch=int(_scalar(d.decode.batch)), prefilled=True, **common)
+                         max_batch=int(_scalar(d.decode.batch)), prefilled=True, rate_per_s=rate_per_s,
+                         seed=seed, warmup_fraction=0.0, prefill_chunk_tokens=prefill_chunk_tokens)
         first[idx], finish[idx] = r.first_token_s, r.finish_s
-    return _summarize(d, arrival, prefill_admit, prefill_done, kv_arrival, first, finish, prompt_tokens,
-                      output_tokens, transfer, rate_per_s=rate_per_s, seed=seed,
-                      warmup_fraction=warmup_fraction)
+    return first, finish
 
 
 def _p50_p95_mean(values: np.ndarray) -> tuple[float, float, float]:

@@ -155,3 +155,94 @@ def test_pool_ids_name_the_format_when_a_model_has_several_pools():
     assert ids(deployments) == ["m-fp8-kv-fp8", "m-fp8-kv-fp8", "m-bf16-kv-bf16",
                                                         "m-bf16-kv-bf16", None]
     assert ids(deployments.iloc[[0, 1, 4]]) == ["m", "m", None]
+
+
+def test_verify_simulates_each_pool_within_its_slos(tmp_path):
+    """Issue 13 item 6 for a disaggregated plan: `solve --verify` runs the pool through the P/D
+    simulator; a prefill entry carries the simulated p95 TTFT, a decode entry the p95 TPOT,
+    each finite and at most 1.05x its SLO; the report and the text output show them."""
+    path = _problem(tmp_path, "ds-verify", gpus=["h200-sxm"], pp=[1], disaggregation=[True])
+    out = tmp_path / "out"
+    doc = run_json("solve", path, "--no-pareto", "--top", "1", "--verify", "--out", out)
+    slo = WORKLOAD["slo"]
+    deployments = doc["plans"][0]["deployments"]
+    assert {d["role"] for d in deployments} == {"prefill", "decode"}
+    report = (out / "report.md").read_text()
+    for d in deployments:
+        w = d["workloads"]["chat"]
+        metric, other = ("ttft", "tpot") if d["role"] == "prefill" else ("tpot", "ttft")
+        assert 0 < w[f"simulated_{metric}_p95_s"] <= 1.05 * slo[f"{metric}_p95_s"], (d["role"], w)
+        assert w[f"simulated_{other}_p95_s"] is None
+        shown = f"{w[f'simulated_{metric}_p95_s'] * 1e3:.1f}"
+        assert any(line.endswith(f"| {shown} | - |" if metric == "ttft" else f"| - | {shown} |")
+                   for line in report.splitlines()), shown
+    assert "prefill/decode pool" in report
+    text, _ = run_cli("solve", path, "--no-pareto", "--top", "1", "--verify")
+    assert text.count("; simulated ") == 2
+
+
+def _pool_inputs(tmp_path):
+    from planner.pipeline import plan
+
+    path = _problem(tmp_path, "ds-pools", gpus=["h200-sxm", "b200"], pp=[1], disaggregation=[True])
+    result = plan(load_problem(path), pareto=False, top_k=1)
+    ids = {(r.gpu, r.role): cid for cid, r in result.candidates.iterrows()}
+    return result, ids
+
+
+def _pool(result, ids, sides):
+    """A pool's deployments and routing from {(gpu, role): (replicas, rate_per_s)}."""
+    deps = pd.DataFrame([{"candidate_id": ids[k], "gpu": k[0], "role": k[1], "replicas": n}
+                         for k, (n, _) in sides.items()])
+    routing = pd.DataFrame([{"candidate_id": ids[k], "workload": "chat", "rate_per_s": r}
+                            for k, (_, r) in sides.items()])
+    return deps, routing
+
+
+def test_a_one_pair_pool_is_simulated_as_the_pd_simulator_does(tmp_path):
+    """One prefill and one decode deployment: simulate_pool gives the p95s of
+    simulate_pd.run_pd_requests on the same requests (batch-1 prefill replicas, the pair's
+    scale-out link, the replica counts)."""
+    from planner.serving.disagg import DisaggArrays, transfer_bytes_per_s
+    from planner.simulate_pd import run_pd_requests
+    from planner.verify import SEED, _draw_mix, simulate_pool
+
+    result, ids = _pool_inputs(tmp_path)
+    problem, cands = result.problem, result.candidates
+    deps, routing = _pool(result, ids, {("h200-sxm", "prefill"): (2, 12.0), ("b200", "decode"): (2, 12.0)})
+    got = simulate_pool(problem, cands, result.params, deps, routing)
+    mix = _draw_mix(problem, {"chat": 12.0}, np.random.default_rng(SEED))
+    side = {}
+    for key in (("h200-sxm", "prefill"), ("b200", "decode")):
+        rows = cands.loc[[ids[key]]]
+        side[key[1]] = (workload_arrays(problem, rows, problem.workloads[0]), result.params.of(rows))
+    prefill = side["prefill"][0].replace(batch=np.ones(1))
+    link = transfer_bytes_per_s(problem.catalog.gpu("h200-sxm"), problem.catalog.gpu("b200"))
+    d = DisaggArrays(prefill, side["decode"][0], side["prefill"][1], side["decode"][1], 2.0, 2.0,
+                     scale_out_bytes_per_s=link)
+    chunk = int(np.asarray(side["prefill"][1].prefill_chunk_tokens).reshape(-1)[0])
+    ref = run_pd_requests(d, mix.arrival_s, mix.prompt, mix.output, rate_per_s=12.0, seed=SEED,
+                          prefill_chunk_tokens=chunk, prefix_hit_fraction=mix.hit)
+    assert len(mix.arrival_s) == 2000 and ref.rejected_requests == 0
+    ttft, none = got[ids["h200-sxm", "prefill"], "chat"]
+    assert ttft == ref.ttft_p95_s and np.isnan(none)
+    none, tpot = got[ids["b200", "decode"], "chat"]
+    assert tpot == ref.tpot_p95_s and np.isnan(none)
+
+
+def test_a_pool_with_two_prefill_deployments(tmp_path):
+    """Requests split between the prefill deployments in proportion to their routed rates;
+    every entry gets its own side's p95, within the SLOs at these loads (below capacity)."""
+    from planner.verify import simulate_pool
+
+    result, ids = _pool_inputs(tmp_path)
+    cap = {k: float(result.candidates.loc[cid, "central_capacity_per_s[chat]"]) for k, cid in ids.items()}
+    sides = {("h200-sxm", "prefill"): (1, 6.0), ("b200", "prefill"): (1, 14.0), ("b200", "decode"): (3, 20.0)}
+    for key, (n, rate) in sides.items():
+        assert rate / n < 0.8 * cap[key]  # every deployment below 80% of its central capacity
+    got = simulate_pool(result.problem, result.candidates, result.params, *_pool(result, ids, sides))
+    assert sorted(got) == sorted((ids[k], "chat") for k in sides)
+    for key in sides:
+        ttft, tpot = got[ids[key], "chat"]
+        value, slo = (ttft, WORKLOAD["slo"]["ttft_p95_s"]) if key[1] == "prefill" else (tpot, WORKLOAD["slo"]["tpot_p95_s"])
+        assert 0 < value <= 1.05 * slo and np.isnan(tpot if key[1] == "prefill" else ttft), (key, ttft, tpot)

@@ -20,6 +20,7 @@ from planner.schema import PlanningInputError
 FLAG_LIMITS = {
     "--tp": (1, limits.MAX_PARALLEL_DEGREE),
     "--pp": (1, limits.MAX_PARALLEL_DEGREE),
+    "--ep": (1, limits.MAX_PARALLEL_DEGREE),
     "--batch": (1, limits.MAX_BATCH),
     "--max-batch": (1, limits.MAX_BATCH),
     "--batches": (1, limits.MAX_BATCH),

@@ -26,6 +26,14 @@ def add_parser(sub) -> None:
     p.add_argument("--rate", type=float, help="Poisson request rate [1/s]: adds ttft_p95_s, tpot_p95_s")
     p.add_argument("--slo-ttft-p95", type=float, help="p95 TTFT SLO [s]: with --slo-tpot-p95 adds max_rate_per_s")
     p.add_argument("--slo-tpot-p95", type=float, help="p95 TPOT SLO [s]")
+    p.add_argument("--ep", type=positive_int, default=1,
+                   help="expert-parallel size inside the tp GPUs of a stage (MoE models; divides --tp and the "
+                        "routed experts; default 1)")
+    p.add_argument("--attention-dp", action="store_true",
+                   help="attention data parallel over the tp GPUs (MoE models, --tp > 1)")
+    p.add_argument("--role", choices=("both", "prefill", "decode"), default="both",
+                   help="under load (--rate, SLOs): an aggregated replica (both, default) or one side of a "
+                        "disaggregated prefill/decode pool")
     add_efficiency_args(p, calibration=True)
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_eval)
@@ -39,7 +47,8 @@ def cmd_eval(args) -> int:
         quant=args.quant, kv_dtype=args.kv_dtype, batch=args.batch, users=args.users,
         prompt=args.prompt, output=args.output, context=args.context, price=args.price,
         rate_per_s=args.rate, slo_ttft_p95_s=args.slo_ttft_p95, slo_tpot_p95_s=args.slo_tpot_p95,
-        calibration=args.calibration, overrides=efficiency_overrides(args), engine=args.engine)
+        calibration=args.calibration, overrides=efficiency_overrides(args), engine=args.engine,
+        ep=args.ep, attention_dp=args.attention_dp, role=args.role)
     emit(args, result)
     if not args.json and result.get("intervals"):  # prediction intervals (docs/accuracy.md)
         print("prediction intervals (from the calibration's out-of-fold errors, docs/accuracy.md):")

@@ -330,7 +330,7 @@ def shell_script(s: LaunchSettings, engine: str, context: str = "") -> str:
     if engine == "trtllm":
         head.append('cd "$(dirname "$0")"  # trtllm-extra.yaml sits next to this script')
     prefix = {"vllm": 'exec vllm serve "$MODEL"', "sglang": 'exec python -m sglang.launch_server '
-              '--model-path "$MODEL"', "trtllm": 'exec trtllm-serve "$MODEL"'}[engine]
+              '--model-path "$MODEL"', "trtllm": f'exec {launch_roles.mpi_launcher(s, engine)}trtllm-serve "$MODEL"'}[engine]
     lines = [prefix] + [f"  {f}" + (f" {shlex.quote(v)}" if v is not None else "")
                         for f, v in engine_args(s, engine)]
     lines += [f"  {f} {word}" for f, word in launch_roles.node_args(s, engine)]

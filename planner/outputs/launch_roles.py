@@ -3,7 +3,8 @@ roles and multi-node replicas, for vLLM, SGLang and TensorRT-LLM (docs/reports.m
 settings per role").
 
 A deployment of the plan may carry these fields (the optimizer writes them; missing fields
-take the defaults, and with the defaults every launch file is what it was before them):
+take the defaults, and with the defaults every launch file of a one-node replica is what it
+was before them):
 
 - ``ep``: expert-parallel size (1: no expert parallelism); it divides ``tp``;
 - ``attention_dp``: attention data parallelism over the ``tp`` ranks (``tp`` attention
@@ -12,7 +13,10 @@ take the defaults, and with the defaults every launch file is what it was before
 - ``pool``: the id that links the prefill and decode deployments of one service.
 
 A replica spans ``ceil(tp pp / gpus_per_node)`` nodes; ``gpus_per_node`` comes from the GPU
-catalog entry where it has the field, else :data:`DEFAULT_GPUS_PER_NODE`.
+catalog entry where it has the field, else :data:`DEFAULT_GPUS_PER_NODE`. A replica over several
+nodes gets its multi-node settings whatever its role fields (a dense one too): SGLang's
+``--nnodes`` / ``--node-rank`` / ``--dist-init-addr``, TensorRT-LLM under MPI with
+``trtllm-llmapi-launch``, vLLM on the head of a Ray cluster.
 
 Every flag used here is in the engine's flag list under ``engine_flags/`` (cited there).
 This module imports nothing from ``launch``; ``launch`` calls it.
@@ -46,6 +50,9 @@ VLLM_KV_CONNECTOR = "NixlConnector"
 VLLM_KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 #: TensorRT-LLM cache transceiver backend between context and generation servers.
 TRTLLM_CACHE_BACKEND = "UCX"
+#: TensorRT-LLM's launcher of a multi-node ``trtllm-serve`` under MPI (mpirun or srun, one rank
+#: per GPU): tensorrt_llm/llmapi/trtllm-llmapi-launch, cited in engine_flags/trtllm.txt.
+TRTLLM_MPI_LAUNCHER = "trtllm-llmapi-launch"
 
 
 @dataclass(frozen=True)
@@ -170,8 +177,8 @@ def engine_role_args(s, engine: str, args: list[tuple[str, object]]) -> list[tup
     """``args`` (an engine's base (flag, value) pairs) with the role settings applied: values
     replaced where a role changes them, role flags appended. Unchanged with the defaults."""
     r = s.roles
-    if not r.active:
-        return args
+    if not r.active and not (engine == "sglang" and nodes(s) > 1):
+        return args  # (a dense replica over several nodes: SGLang's --nnodes below)
     if engine == "vllm":
         extra: list[tuple[str, object]] = []
         if r.attention_dp:  # attention DP: tp DP ranks of TP 1 (EP/TP group = TP x DP = tp);
@@ -215,8 +222,8 @@ def engine_role_args(s, engine: str, args: list[tuple[str, object]]) -> list[tup
 def node_args(s, engine: str, kubernetes: bool = False) -> list[tuple[str, str]]:
     """(flag, shell word) pairs that differ per node of a multi-node SGLang replica: bash
     variables in a script, LeaderWorkerSet variables (``$(LWS_...)``) in a manifest.
-    Empty for one node, for the defaults, and for vLLM/TensorRT-LLM (one command on the head)."""
-    if engine != "sglang" or not s.roles.active or nodes(s) <= 1:
+    Empty for one node and for vLLM/TensorRT-LLM (one command on the head, or under MPI)."""
+    if engine != "sglang" or nodes(s) <= 1:
         return []
     if kubernetes:
         return [("--node-rank", "$(LWS_WORKER_INDEX)"),
@@ -236,14 +243,17 @@ _FRONT_END = {
 
 def script_lines(s, engine: str) -> list[str]:
     """Extra lines of a launch script before the command: comments on the roles and the
-    multi-node variables it needs (empty with the defaults)."""
+    multi-node variables and launch it needs (empty for a dense replica on one node)."""
     r = s.roles
-    if not r.active:
-        return []
     n = nodes(s)
-    parts = [f"ep {r.ep}"] + (["attention DP"] if r.attention_dp else []) + [f"role {r.role}"]
-    lines = [f"# Role settings: {', '.join(parts)}" + (f", pool {r.pool_id}" if r.disaggregated else "")
-             + f"; one replica spans {n} node(s) of {r.gpus_per_node} GPUs."]
+    if not r.active and n <= 1:
+        return []
+    if r.active:
+        parts = [f"ep {r.ep}"] + (["attention DP"] if r.attention_dp else []) + [f"role {r.role}"]
+        lines = [f"# Role settings: {', '.join(parts)}" + (f", pool {r.pool_id}" if r.disaggregated else "")
+                 + f"; one replica spans {n} node(s) of {r.gpus_per_node} GPUs."]
+    else:
+        lines = [f"# One replica spans {n} nodes of {r.gpus_per_node} GPUs."]
     if r.disaggregated:
         lines.append(_FRONT_END[engine].format(pool=r.pool_id))
     if n > 1 and engine == "sglang":
@@ -254,9 +264,21 @@ def script_lines(s, engine: str) -> list[str]:
         lines.append(f"# Start a Ray cluster over the {n} nodes first (vLLM multi-node-serving.sh) "
                      "and run this script on its head node.")
     elif n > 1 and engine == "trtllm":
-        lines.append(f"# Start this command on all {n} nodes under MPI (mpirun or srun with "
-                     "trtllm-llmapi-launch), one rank per GPU.")
+        ranks, per_node = s.tp * s.pp, r.gpus_per_node
+        lines += [f"# Run this script under MPI on all {n} nodes (this folder on each), one rank per GPU "
+                  f"({ranks} ranks): {TRTLLM_MPI_LAUNCHER} serves on rank 0 and runs the other ranks as its "
+                  "workers, e.g.",
+                  f"#   mpirun -np {ranks} -H " + ",".join(f"node{k}:{per_node}" for k in range(n))
+                  + " bash trtllm.sh   (add -x MODEL where you set MODEL)",
+                  f"#   srun -N {n} --ntasks {ranks} --ntasks-per-node {per_node} --mpi=pmix bash trtllm.sh"]
     return lines
+
+
+def mpi_launcher(s, engine: str) -> str:
+    """The word before an engine's command in a launch script: TensorRT-LLM's
+    ``trtllm-llmapi-launch`` (then a space) for a replica over several nodes (its MPI ranks:
+    rank 0 runs ``trtllm-serve``, the others its workers), else ''."""
+    return f"{TRTLLM_MPI_LAUNCHER} " if engine == "trtllm" and nodes(s) > 1 else ""
 
 
 def trtllm_role_options(s) -> dict:

@@ -148,6 +148,12 @@ def margin_blocks(doc: dict) -> list[tuple]:
                             f"{v['requests_per_workload']} requests of its smallest workload, at most "
                             f"{v['max_requests']} in all, the first {v['warmup_fraction']:.0%} left out); the "
                             "`simulated` columns are its p95s per workload."))
+        if any(d.get("pool") for p in doc["plans"] for d in p["deployments"]):
+            blocks.append(("p", "A prefill/decode pool ran as a whole in the P/D simulator (its prefill replicas "
+                                "feeding its decode replicas over the scale-out network, at the pool's routed "
+                                "traffic): a prefill deployment's row gives the simulated p95 TTFT of the requests "
+                                "it prefilled (queue, prefill, KV transfer, decode admission), a decode "
+                                "deployment's row the simulated p95 TPOT of the requests it decoded."))
     return blocks
 
 

@@ -149,9 +149,11 @@ def _latency_text(w: dict, margins: dict) -> str:
     if all(w.get(f"{m}_p95_at_confidence_s") is not None for m, _ in shown):
         text += (f" (at confidence {margins['confidence']:g}: "
                  + ", ".join(f"{w[f'{m}_p95_at_confidence_s'] * 1e3:{fmt}} ms" for m, fmt in shown) + ")")
-    if w.get("simulated_ttft_p95_s") is not None:
-        text += (f"; simulated {w['simulated_ttft_p95_s'] * 1e3:.0f} ms, "
-                 f"{w['simulated_tpot_p95_s'] * 1e3:.1f} ms")
+    # a pool's prefill deployment has a simulated TTFT only, its decode deployment a TPOT only
+    simulated = [f"{w[f'simulated_{m}_p95_s'] * 1e3:{fmt}} ms" for m, fmt in (("ttft", ".0f"), ("tpot", ".1f"))
+                 if w.get(f"simulated_{m}_p95_s") is not None]
+    if simulated:
+        text += "; simulated " + ", ".join(simulated)
     return text
 
 
