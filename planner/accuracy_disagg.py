@@ -22,19 +22,24 @@ from planner.configs import config_arrays
 from planner.serving import memory
 from planner.serving.memory import engine_memory_params
 from planner.serving.arrays import ConfigArrays
-from planner.serving.disagg import prefill_queue, scale_out_bytes_per_s
+from planner.serving.disagg import scale_out_bytes_per_s
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
 
 #: Milliseconds per second.
 MS_PER_S = 1000.0
+#: Prompt tokens a prefill-only worker batches into one step, C_p (at least the engine's
+#: ``prefill_chunk_tokens``): the engines' defaults for serving on 80-180 GB GPUs, SGLang
+#: ``chunked_prefill_size`` 8192 (16384 from 160 GB), TensorRT-LLM ``max_num_tokens`` 8192,
+#: vLLM ``max_num_batched_tokens`` 8192 (OpenAI server). docs/serving-model.md section 14.4.
+PREFILL_BATCH_TOKENS = 8192.0
 #: The layout columns :func:`disagg_layouts` adds: worker counts, GPUs per pipeline stage
 #: (``tp``, attention-DP ranks included), pipeline stages, attention-DP ranks and max batch
 #: per worker (NaN where not recorded), for the prefill (``p_``) and decode (``d_``) pools.
-LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp", "p_ep",
+LAYOUT_COLUMNS = ("p_workers", "p_tp", "p_pp", "p_attention_dp", "p_ep", "p_batch",
                   "d_workers", "d_tp", "d_pp", "d_attention_dp", "d_ep", "d_batch")
 
-_AIC = (r"prefill workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=(\d+) batch=\d+; "
+_AIC = (r"prefill workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=(\d+) batch=(\d+); "
         r"decode workers=(\d+) tp=(\d+) pp=(\d+) attention_dp=(\d+) moe_tp=\d+ moe_ep=(\d+) batch=(\d+)")
 _INFERENCEX = r"disagg P: (\d+)x\(tp(\d+)/ep(\d+)/(dpa|nodpa)\)=(\d+)gpu"
 
@@ -63,9 +68,10 @@ def disagg_layouts(df: pd.DataFrame) -> pd.DataFrame:
     ok = aic[0].notna()
     out.loc[ok, "p_workers"], out.loc[ok, "p_tp"] = aic[0], aic[1] * aic[3]
     out.loc[ok, "p_pp"], out.loc[ok, "p_attention_dp"], out.loc[ok, "p_ep"] = aic[2], aic[3], aic[4]
-    out.loc[ok, "d_workers"], out.loc[ok, "d_tp"] = aic[5], aic[6] * aic[8]
-    out.loc[ok, "d_pp"], out.loc[ok, "d_attention_dp"], out.loc[ok, "d_ep"] = aic[7], aic[8], aic[9]
-    out.loc[ok, "d_batch"] = aic[10] * aic[8]
+    out.loc[ok, "p_batch"] = aic[5] * aic[3]
+    out.loc[ok, "d_workers"], out.loc[ok, "d_tp"] = aic[6], aic[7] * aic[9]
+    out.loc[ok, "d_pp"], out.loc[ok, "d_attention_dp"], out.loc[ok, "d_ep"] = aic[8], aic[9], aic[10]
+    out.loc[ok, "d_batch"] = aic[11] * aic[9]
     ix = notes.str.extract(_INFERENCEX)
     hit = ix[0].notna() & ~ok
     tp = pd.to_numeric(df["tp"], errors="coerce")
@@ -104,6 +110,7 @@ def prepare_disagg_rows(df: pd.DataFrame, catalog) -> tuple[pd.DataFrame, pd.Dat
     # of a disaggregated row describe the two pools, so they are left to the layout).
     rows, skipped = prepare_rows(sub.assign(mode="agg", num_gpus=np.nan, ep=np.nan), catalog)
     rows = rows.merge(layout.assign(id=sub["id"]), on="id", how="left")
+    rows["poll_steps"] = 1.0   # the recipes' poll interval is an aggregated-engine flag
     bad = rows["layout_problem"].ne("")
     contradicted = pd.DataFrame({"id": rows.loc[bad, "id"], "metric": rows.loc[bad, "metric"],
                                  "reason": rows.loc[bad, "layout_problem"]})
@@ -132,24 +139,37 @@ def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
 
 def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,
                    decode_workers, decode_slots, transfer_s, prompt, output, first_wave_weight,
-                   quantile) -> dict:
+                   quantile, prefill_batch=np.inf) -> dict:
     """TPOT, TTFT (mean or ``quantile``) and rate of ``users`` closed-loop users on a P/D pair.
 
     Notes
     -----
-    A = min(U, n_d B_d) users hold decode slots. Staggered steady state (fixed point of the
-    decoders per decode worker n, damped): a request waits W in the prefill pool (M/D/c at
-    utilization lambda S / n_p, capped at RHO_CAP: the closed loop limits itself), is
-    prefilled in S = k s_p(0, p/k) (k = max(1, p/C + 1/2) chunks, no decode interference),
-    its KV moves in X, then it decodes o - 1 steps of tau = s_d(n) (no prefill
-    interference); lambda = A / (W + S + X + (o - 1) tau), n = lambda (o - 1) tau / n_d;
-    W is at most (A - 1) S / n_p (the other users all ahead).
-    TTFT_s = S + X + (A - 1)/A (W + tau/2) (the decode step in progress).
+    A = min(U, n_d B_d) users hold decode slots. Staggered steady state (fixed point, damped,
+    of the decoders per decode worker n, the prefill batch b and the wait W;
+    docs/serving-model.md section 14.4):
+
+    * a prefill worker is a batch server: it prefills the b prompts queued when its previous
+      batch ends together, in T(b) (:func:`planner.accuracy_loads.wave_prefill_s`: max(1,
+      b p / C_p, b / B) steps), b = clip(lambda T(b) / n_p, 1, B), at most
+      B = min(max(1, C_p / p), ``prefill_batch``) prompts per step (C_p =
+      :data:`PREFILL_BATCH_TOKENS`; ``prefill_batch``: a recorded engine max batch); its
+      capacity is mu = n_p B / T(B) prompts/s;
+    * a request finds a batch in service with probability rho = lambda T(b) / (n_p b) and
+      waits W_r = rho T(b) / (2 (1 - min(lambda / mu, RHO_CAP))) (the residual of the batch
+      in service, growing as M/D/1 where the batch cannot grow), at most (A - 1) T(b) /
+      (n_p b); past the capacity the closed loop parks the users the pool cannot serve in
+      its queue (Little's law at lambda = mu): W_q = max(0, A / mu - (T(b) + X + (o - 1) tau)
+      - W_r), W = W_r + W_q;
+    * its KV moves in X, then it decodes o - 1 steps of tau = s_d(n) (no prefill
+      interference); lambda = A / (W + T(b) + X + (o - 1) tau), n = lambda (o - 1) tau / n_d.
+
+    TTFT_s = T(b) + X + (A - 1)/A (W + tau/2) (the decode step in progress).
     Synchronized first wave (weight w, as :func:`planner.accuracy_loads.closed_loop`): each
-    prefill worker prefills its max(A / n_p, 1) prompts together in T_pf
-    (:func:`planner.accuracy_loads.wave_prefill_s`), TTFT_w = (A + 1)/(2A) T_pf + X and the
-    decode runs at the full batch A / n_d. Blend and slot wait (U - A)/lambda as the
-    aggregated closed loop; quantiles from :func:`planner.accuracy_loads.mixture_ttft_quantile`.
+    prefill worker prefills its max(A / n_p, 1) prompts together in T_pf = T(A / n_p),
+    TTFT_w = (A + 1)/(2A) T_pf + X and the decode runs at the full batch A / n_d. Blend and
+    slot wait (U - A)/lambda as the aggregated closed loop; quantiles from
+    :func:`planner.accuracy_loads.mixture_ttft_quantile` (W_r with its exponential tail, the
+    parked W_q the same for every user).
     """
     users = np.asarray(users, dtype=float)
     q = np.asarray(quantile, dtype=float)
@@ -158,37 +178,46 @@ def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users
     n_p, n_d = np.asarray(prefill_workers, float), np.asarray(decode_workers, float)
     out_m1 = np.maximum(output - 1.0, 1.0)
     active = np.maximum(np.minimum(users, n_d * decode_slots), 1.0)
-    chunks = np.maximum(1.0, prompt / p.prefill_chunk_tokens + 0.5)
-    service = chunks * StepModel(pre, p).time(0.0, prompt / chunks, prompt)
     decode_step = StepModel(dec, p).time
+    budget = np.maximum(p.prefill_chunk_tokens, PREFILL_BATCH_TOKENS)
+    per_step = np.minimum(np.maximum(1.0, budget / prompt), np.maximum(prefill_batch, 1.0))
 
-    def queue(rate):
-        capped = np.minimum(rate, RHO_CAP * n_p / service)
-        q = prefill_queue(n_p, capped, service, service ** 2)
-        # A closed loop's queue never holds more than the other users.
-        q["mean_s"] = np.minimum(q["mean_s"], (active - 1.0) * service / n_p)
-        return q
+    def batch_s(requests):   # T(b): one prefill worker's batch of b prompts
+        return wave_prefill_s(pre, p, requests, prompt, budget, per_step)
 
-    n, wait = active / n_d, np.zeros_like(active)
+    capacity = n_p * per_step / batch_s(per_step)
+
+    def pool(rate, batch, tau):
+        t_b = batch_s(batch)
+        rho = np.minimum(rate * t_b / (n_p * batch), 1.0)
+        full = np.minimum(rate / capacity, RHO_CAP)
+        queued = np.minimum(0.5 * rho * t_b / (1.0 - full), (active - 1.0) * t_b / (n_p * batch))
+        parked = np.maximum(active / capacity - (t_b + transfer_s + out_m1 * tau) - queued, 0.0)
+        return t_b, rho, queued, parked
+
+    n, batch, wait = active / n_d, np.ones_like(active), np.zeros_like(active)
     for _ in range(CLOSED_LOOP_ITERATIONS):
         tau = decode_step(n)
-        rate = active / (wait + service + transfer_s + out_m1 * tau)
-        wait = queue(rate)["mean_s"]
+        t_b = batch_s(batch)
+        rate = active / (wait + t_b + transfer_s + out_m1 * tau)
+        batch = 0.5 * batch + 0.5 * np.clip(rate * t_b / n_p, 1.0, per_step)
+        _, _, queued, parked = pool(rate, batch, tau)
+        wait = 0.5 * wait + 0.5 * (queued + parked)
         n = 0.5 * n + 0.5 * rate * out_m1 * tau / n_d
     tau = decode_step(n)
-    rate = active / (wait + service + transfer_s + out_m1 * tau)
-    qs = queue(rate)
+    t_b, rho, queued, parked = pool(active / (wait + batch_s(batch) + transfer_s + out_m1 * tau), batch, tau)
+    wait = queued + parked
     others = (active - 1.0) / active
-    ttft_s = service + transfer_s + others * (qs["mean_s"] + 0.5 * tau)
-    t_pf = wave_prefill_s(pre, p, np.maximum(active / n_p, 1.0), prompt)   # a worker has a prompt or none
+    ttft_s = t_b + transfer_s + others * (wait + 0.5 * tau)
+    t_pf = batch_s(np.maximum(active / n_p, 1.0))   # a worker has a prompt or none
     tau_w = decode_step(active / n_d)
     ttft_w = (active + 1.0) / (2.0 * active) * t_pf + transfer_s
-    rate = active / ((1.0 - w) * (qs["mean_s"] + service + transfer_s + out_m1 * tau)
+    rate = active / ((1.0 - w) * (wait + t_b + transfer_s + out_m1 * tau)
                      + w * (t_pf + transfer_s + out_m1 * tau_w))
     ttft = (1.0 - w) * ttft_s + w * ttft_w
     if quant.any():
-        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, service + transfer_s, others, qs["mean_s"],
-                                      qs["p_wait"], tau, t_pf)
+        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, t_b + transfer_s + others * parked, others,
+                                      queued, rho, tau, t_pf)
         ttft = np.where(quant, mixed, ttft)
     slot_wait = np.maximum(users - active, 0.0) / rate * np.where(quant, 2.0 * q, 1.0)
     return {"ttft_s": ttft + slot_wait, "tpot_s": (1.0 - w) * tau + w * tau_w, "rate_per_s": rate}
@@ -229,7 +258,7 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         res = pd_closed_loop(pre, dec, p, r["load_value"].to_numpy(float), r["p_workers"].to_numpy(float),
                              r["d_workers"].to_numpy(float), slots, transfer, prompt, output,
-                             harness.first_wave_weight, q)
+                             harness.first_wave_weight, q, r["p_batch"].fillna(np.inf).to_numpy(float))
         ttft = res["ttft_s"] + p.request_overhead_s
         rate = res["rate_per_s"]
         values = {"ttft": ttft * MS_PER_S, "tpot": res["tpot_s"] * MS_PER_S,

@@ -95,11 +95,16 @@ def step_mix(c: ConfigArrays, p: ServingParams, n, prompt, output) -> dict:
             "rho": np.minimum(need / p.prefill_chunk_tokens, RHO_CAP)}
 
 
-def wave_prefill_s(c: ConfigArrays, p: ServingParams, requests, prompt) -> np.ndarray:
-    """Time to prefill ``requests`` prompts submitted together: max(1, R p / C) steps of
-    R p / steps tokens each (batched, chunked prefill) [s]."""
-    tokens = np.asarray(requests, dtype=float) * prompt
-    steps = np.maximum(1.0, tokens / p.prefill_chunk_tokens)
+def wave_prefill_s(c: ConfigArrays, p: ServingParams, requests, prompt, budget_tokens=None,
+                   max_prompts=np.inf) -> np.ndarray:
+    """Time to prefill ``requests`` prompts submitted together: max(1, R p / C, R / B) steps
+    of R p / steps tokens each (batched, chunked prefill) [s]. C: ``budget_tokens`` where
+    given (a prefill-only worker's step budget), else ``p.prefill_chunk_tokens``; B:
+    ``max_prompts`` per step (an engine's max batch; no limit by default)."""
+    requests = np.asarray(requests, dtype=float)
+    tokens = requests * prompt
+    steps = np.maximum(1.0, tokens / (p.prefill_chunk_tokens if budget_tokens is None else budget_tokens))
+    steps = np.maximum(steps, requests / max_prompts)
     return steps * step_model(c, p).time(0.0, tokens / steps, prompt)
 
 
@@ -125,7 +130,7 @@ def exponential_wait(mean_wait, p_wait, q) -> np.ndarray:
 
 
 def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
-                first_wave_weight=FIRST_WAVE_WEIGHT, quantile=np.nan) -> dict:
+                first_wave_weight=FIRST_WAVE_WEIGHT, quantile=np.nan, poll_steps=1.0) -> dict:
     """TPOT, TTFT (mean, or the ``quantile`` where given) and rate of a closed loop of ``users``.
 
     Notes
@@ -137,7 +142,10 @@ def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
       service S (k mixed steps) and o - 1 steps of tau(n); fixed point (damped) of
       n = A (o-1) tau / C_s, C_s = W + S + (o-1) tau, with the M/D/1 wait
       W = rho S / (2 (1 - rho)); an arriving request meets the other A - 1 requests:
-      TTFT_s = S + (A - 1)/A (W + tau/2) (half a step in progress);
+      TTFT_s = S + (A - 1)/A (W + K tau/2) (half a step in progress, K = 1: the engine
+      looks for new requests between every two steps; an engine that polls every K decode
+      steps, ``poll_steps``, leaves an arrival waiting for the rest of a K-step poll cycle,
+      uniform on [0, K tau], docs/serving-model.md section 14.6);
     * synchronized wave: all A prompts prefill together in T_pf (:func:`wave_prefill_s`),
       then all decode: TTFT_w = (A + 1)/(2A) T_pf, TPOT_w = s_d(A) + (A - 1)/(2A) T_pf/(o - 1),
       C_w = T_pf + (o - 1) s_d(A).
@@ -152,21 +160,23 @@ def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
     users = np.asarray(users, dtype=float)
     w = np.asarray(first_wave_weight, dtype=float)
     q = np.asarray(quantile, dtype=float)
+    poll = np.maximum(np.asarray(poll_steps, dtype=float), 1.0)
     quant = np.isfinite(q)
     out_m1 = np.maximum(output - 1.0, 1.0)
     active = np.maximum(np.minimum(users, np.asarray(slots, dtype=float)), 1.0)
     n = active.copy()
+    others = (active - 1.0) / active  # an arriving request meets the other A - 1 only
+    polled = others * (poll - 1.0) / 2.0   # mean poll wait beyond the step in progress, in steps
     for _ in range(CLOSED_LOOP_ITERATIONS):
         mix = step_mix(c, p, n, prompt, output)
-        wait = mix["rho"] * mix["prefill_service_s"] / (2.0 * (1.0 - mix["rho"]))
+        wait = mix["rho"] * mix["prefill_service_s"] / (2.0 * (1.0 - mix["rho"])) + polled * mix["tau_s"]
         n = 0.5 * n + 0.5 * active * out_m1 * mix["tau_s"] / (wait + mix["prefill_service_s"]
                                                                + out_m1 * mix["tau_s"])
     mix = step_mix(c, p, n, prompt, output)
     tau, service, rho = mix["tau_s"], mix["prefill_service_s"], mix["rho"]
     wait = rho * service / (2.0 * (1.0 - rho))
-    cycle_s = wait + service + out_m1 * tau
-    others = (active - 1.0) / active  # an arriving request meets the other A - 1 only
-    ttft_s = others * (exponential_wait(wait, rho, q) + np.where(quant, q, 0.5) * tau) + service
+    cycle_s = wait + polled * tau + service + out_m1 * tau
+    ttft_s = others * (exponential_wait(wait, rho, q) + np.where(quant, q, 0.5) * poll * tau) + service
     t_pf = wave_prefill_s(c, p, active, prompt)
     s_full = step_model(c, p).time(active, 0.0)
     ttft_w = np.where(quant, q, (active + 1.0) / (2.0 * active)) * t_pf
@@ -176,7 +186,7 @@ def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
     slot_wait = np.maximum(users - active, 0.0) / rate * np.where(quant, 2.0 * q, 1.0)
     ttft = (1.0 - w) * ttft_s + w * ttft_w
     if quant.any():  # a quantile of the two populations is not the blend of their quantiles
-        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, service, others, wait, rho, tau, t_pf)
+        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, service, others, wait, rho, poll * tau, t_pf)
         ttft = np.where(quant, mixed, ttft)
     ttft = ttft + slot_wait
     return {"tpot_s": (1.0 - w) * tau + w * tpot_w, "ttft_s": ttft, "rate_per_s": rate, "occupancy": n}

@@ -4,7 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from planner.accuracy_disagg import disagg_layouts, pd_closed_loop, pool_arrays, score_disagg_rows
+from planner.accuracy_disagg import (PREFILL_BATCH_TOKENS, disagg_layouts, pd_closed_loop, pool_arrays,
+                                     score_disagg_rows)
+from planner.accuracy_loads import wave_prefill_s
 from planner.accuracy_rows import MEASUREMENT_COLUMNS
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
@@ -33,6 +35,8 @@ def test_layouts_from_the_notes():
     # AIC: worker width tp x attention_dp; decode max batch = batch x attention_dp.
     cols = ["p_workers", "p_tp", "p_attention_dp", "p_ep", "d_workers", "d_tp", "d_attention_dp", "d_ep"]
     assert out.loc[0, cols + ["d_batch"]].tolist() == [2, 8, 8, 8, 3, 8, 2, 8, 32]
+    assert out.loc[0, "p_batch"] == 8                       # prefill batch=1 per attention-DP rank
+    assert np.isnan(out.loc[1, "p_batch"])                  # InferenceX: not recorded
     # InferenceX: decode workers (32 - 8) / 8 = 3, attention DP over the decode tp.
     assert out.loc[1, cols].tolist() == [2, 4, 4, 4, 3, 8, 8, 1]    # decode ep: the row's (empty: 1)
     assert np.isnan(out.loc[1, "d_batch"]) and out.loc[1, "layout_problem"] == ""
@@ -86,3 +90,26 @@ def test_more_users_wait_longer_and_serve_more(catalog):
     # 200 users exceed the 3 x 16 decode slots: the rate stops growing, the excess waits.
     assert float(out["rate_per_s"][3]) == pytest.approx(float(pd_closed_loop(
         pre, dec, p, 48.0, 2.0, 3.0, 16.0, 1e-3, 1000.0, 200.0, 0.1, np.nan)["rate_per_s"][0]), rel=1e-9)
+
+
+def test_prefill_pool_batches_and_saturates(catalog):
+    """The prefill worker is a batch server: up to B = C / p prompts per step (C the prefill
+    batch budget), capacity mu = n_p B / T(B); past it the closed loop parks the other users
+    in its queue, so TTFT + (o - 1) TPOT = A / mu (Little's law at lambda = mu)."""
+    p = ServingParams()
+    r = score_disagg_rows(catalog, rows(catalog), calibration=None)[0].iloc[:1]
+    pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
+    per_step = PREFILL_BATCH_TOKENS / 1000.0                          # 8.192 prompts of 1000 tokens
+    t_full = float(wave_prefill_s(pre, p, per_step, 1000.0, PREFILL_BATCH_TOKENS)[0])
+    assert t_full == pytest.approx(float(StepModel(pre, p).time(0.0, PREFILL_BATCH_TOKENS, 1000.0)[0]))
+    mu = 2.0 * per_step / t_full
+    users = 20000.0                                   # far more than the pool can prefill
+    out = pd_closed_loop(pre, dec, p, users, 2.0, 3.0, 1e5, 1e-3, 1000.0, 200.0, 0.0, np.nan)
+    assert float(out["rate_per_s"][0]) == pytest.approx(mu, rel=1e-3)
+    tau = float(out["tpot_s"][0])
+    assert float(out["ttft_s"][0]) + 199.0 * tau == pytest.approx(users / mu, rel=2e-3)
+    # A recorded prefill batch of one prompt per step: no batching, capacity n_p / T(1).
+    one = pd_closed_loop(pre, dec, p, users, 2.0, 3.0, 1e5, 1e-3, 1000.0, 200.0, 0.0, np.nan, prefill_batch=1.0)
+    t_one = float(wave_prefill_s(pre, p, 1.0, 1000.0, PREFILL_BATCH_TOKENS)[0])
+    assert float(one["rate_per_s"][0]) == pytest.approx(2.0 / t_one, rel=1e-3)
+    assert float(one["rate_per_s"][0]) < float(out["rate_per_s"][0])     # batching amortizes the weight reads
