@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from planner.catalog_cache import cached
 from planner.schema import (
     GpuCatalog,
     GpuSpec,
@@ -144,6 +145,12 @@ def load_catalog(directory: str | Path | None = None) -> Catalog:
 
 @lru_cache(maxsize=4)
 def _load_cached(directory: Path) -> Catalog:
+    """The catalog of ``directory``, from the parsed-catalog cache when its files are unchanged."""
+    files = [directory / filename for filename, _ in CATALOG_FILES.values()]
+    return cached("catalog", directory, files, lambda: _parse(directory))
+
+
+def _parse(directory: Path) -> Catalog:
     parsed, versions = {}, {}
     for key, (filename, cls) in CATALOG_FILES.items():
         path = directory / filename

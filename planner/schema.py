@@ -77,9 +77,13 @@ def _strict_scalar_problem(value, annotation) -> str | None:
 
 class Strict(BaseModel):
     """Base of every input model: immutable, unknown keys rejected, no silent type coercion
-    (``true``, ``"40"`` or ``"0x28"`` where a number is expected are errors, not 1 or 40)."""
+    (``true``, ``"40"`` or ``"0x28"`` where a number is expected are errors, not 1 or 40).
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    ``defer_build``: a model's validator is built when it first validates, not at import, so
+    that a run whose catalogs come from the parsed-catalog cache (:mod:`planner.catalog_cache`)
+    never builds the catalog models' validators (about half the import time of this module)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     @field_validator("*", mode="before")
     @classmethod

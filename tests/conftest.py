@@ -1,12 +1,19 @@
 import json
+import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+
+#: The parsed-catalog cache (planner/catalog_cache.py) of this test run, processes started by
+#: the tests included: a temporary directory, removed at exit, never the user's ~/.cache.
+_CACHE_DIR = tempfile.TemporaryDirectory(prefix="planner-test-cache-")
+os.environ["PLANNER_CACHE_DIR"] = _CACHE_DIR.name
 
 
 @pytest.fixture(scope="session")
