@@ -246,3 +246,27 @@ def test_a_pool_with_two_prefill_deployments(tmp_path):
         ttft, tpot = got[ids[key], "chat"]
         value, slo = (ttft, WORKLOAD["slo"]["ttft_p95_s"]) if key[1] == "prefill" else (tpot, WORKLOAD["slo"]["tpot_p95_s"])
         assert 0 < value <= 1.05 * slo and np.isnan(tpot if key[1] == "prefill" else ttft), (key, ttft, tpot)
+
+
+def test_verified_pools_of_the_frontier_problem_meet_their_slos():
+    """problems/deepseek-frontier.yaml: its ranked plans with a prefill/decode pool (one with
+    H200 prefill and B200 decode replicas), simulated with --verify: every routed workload's
+    own-side simulated p95 within 1.05x its SLO, the other side's value NaN."""
+    from planner.pipeline import plan
+    from planner.verify import verify_plans
+
+    result = plan(load_problem(Path(__file__).resolve().parent.parent / "problems" / "deepseek-frontier.yaml"),
+                  pareto=False, top_k=5)
+    pooled = [p for p in result.plans if (p.deployments["role"] != "both").any()]
+    assert pooled and any(p.deployments.groupby("role")["gpu"].first().nunique() > 1 for p in pooled)
+    slo = {w.name: w.slo for w in result.problem.workloads}
+    for p in verify_plans(result.problem, result.candidates, result.params, pooled):
+        role = p.deployments.set_index("candidate_id")["role"]
+        for r in p.routing.itertuples():
+            ttft, tpot = r.simulated_ttft_p95_s, r.simulated_tpot_p95_s
+            if role[r.candidate_id] != "decode":
+                assert 0 < ttft <= 1.05 * slo[r.workload].ttft_p95_s, r
+            if role[r.candidate_id] != "prefill":
+                assert 0 < tpot <= 1.05 * slo[r.workload].tpot_p95_s, r
+            assert not np.isnan(ttft) if role[r.candidate_id] != "decode" else np.isnan(ttft)
+            assert not np.isnan(tpot) if role[r.candidate_id] != "prefill" else np.isnan(tpot)
