@@ -1,6 +1,6 @@
 """Process start of the ``planner`` command: whole-process wall and CPU time of a few commands.
 
-    python benchmarks/bench_startup.py [--reps N] [--base TREE] [--solve PROBLEM.yaml] [--cold]
+    python benchmarks/bench_startup.py [--reps N] [--base TREE] [--solve PROBLEM.yaml] [--cold] [--only CMD]
 
 Runs ``planner --help``, ``planner validate problems/chat-70b.yaml`` and ``planner solve
 PROBLEM --json --no-pareto`` (default PROBLEM: ``problems/chat-70b.yaml``) as fresh
@@ -9,7 +9,8 @@ of the wall time, the CPU time (user + sys of the child, ``resource.getrusage``)
 the solve, the CPU time outside :func:`planner.pipeline.plan` (interpreter start, imports,
 catalog and problem loading, JSON output: what this benchmark is about) and the wall time
 minus the solve's own ``timings_s.total``. Each run is ``python -P -c DRIVER ARGS``: the
-driver times ``plan()`` with ``time.process_time`` and runs ``planner.cli.main(ARGS)``.
+driver times ``plan()`` with ``time.process_time`` and runs ``planner.cli.run()`` (what the
+``planner`` command runs). ``--only COMMAND`` times one of them (``help``, ``validate`` or ``solve``).
 
 ``--base TREE`` (a source tree of another revision: ``git archive REV | tar -x -C TREE``)
 runs every command with that tree's code too, alternating run by run with the working
@@ -49,12 +50,11 @@ if sys.argv[1] == "solve":                # other commands must not import the p
         finally:
             inside.append(time.process_time() - start)
     pipeline.plan = timed
-from planner.cli import main
+from planner.cli import run             # the `planner` entry point: sys.exit(main())
 try:
-    code = main(sys.argv[1:])
-finally:                                  # --help exits inside main()
+    run()
+finally:
     print(f"PLAN-CPU-S {sum(inside)!r}", file=sys.stderr)
-sys.exit(code)
 """
 
 
@@ -80,15 +80,19 @@ def main(argv=None) -> int:
     ap.add_argument("--base", type=Path, help="another source tree to time alternately")
     ap.add_argument("--solve", default="problems/chat-70b.yaml", help="problem of the timed solve")
     ap.add_argument("--cold", action="store_true", help="no parsed-catalog cache (PLANNER_CACHE_DIR=off)")
+    ap.add_argument("--only", choices=("help", "validate", "solve"), help="time one command only")
     args = ap.parse_args(argv)
-    commands = {"--help": ["--help"],
-                "validate": ["validate", "problems/chat-70b.yaml"],
+    warm = ["validate", "problems/chat-70b.yaml"]
+    commands = {"help": ["--help"],
+                "validate": warm,
                 "solve": ["solve", str(Path(args.solve).resolve()), "--json", "--no-pareto"]}
+    if args.only:
+        commands = {args.only: commands[args.only]}
     trees = {"work": ROOT, **({"base": args.base.resolve()} if args.base else {})}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         caches = {name: "off" if args.cold else str(Path(tmp) / name) for name in trees}
         for name, tree in trees.items():                     # warm each tree's catalog cache
-            _run(tree, commands["validate"], caches[name])
+            _run(tree, warm, caches[name])
         samples: dict = {}
         for label, cmd in commands.items():
             for _ in range(args.reps):
