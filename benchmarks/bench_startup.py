@@ -1,22 +1,24 @@
 """Process start of the ``planner`` command: whole-process wall and CPU time of a few commands.
 
-    python benchmarks/bench_startup.py [--reps N] [--base TREE] [--solve PROBLEM.yaml]
+    python benchmarks/bench_startup.py [--reps N] [--base TREE] [--solve PROBLEM.yaml] [--cold] [--only CMD]
 
-Runs ``python -m planner ...`` as fresh processes, from the repository root, for
-``planner --help``, ``planner validate problems/chat-70b.yaml`` and ``planner solve PROBLEM
---json --no-pareto`` (default PROBLEM: ``problems/chat-70b.yaml``), ``--reps`` times each
-(default 5), and prints the median wall time, the median CPU time (user + sys of the child,
-from ``resource.getrusage``) and, for the solve, the median of the wall time outside the
-solve's own timer (the wall time minus ``timings_s.total`` of its JSON: start, imports,
-loading, output). ``--base TREE`` (a
-source tree of another revision, e.g. from ``git archive REV | tar -x -C TREE``) runs each
-command with that tree's code too, alternating run by run with the working tree's, so that
-both see the same machine load. Each run gets ``PYTHONPATH`` pointing at its tree and ``python
--P`` (the current directory is not on ``sys.path``). The
-parsed-catalog cache (``PLANNER_CACHE_DIR``) is a fresh temporary directory warmed by one
-untimed run per tree, so the times are those of a repeated run (``--cold``: disabled, each
-run parses and validates the catalogs). Nothing is asserted; the machine's load shows in the
-wall times, compare the CPU times.
+Runs ``planner --help``, ``planner validate problems/chat-70b.yaml`` and ``planner solve
+PROBLEM --json --no-pareto`` (default PROBLEM: ``problems/chat-70b.yaml``) as fresh
+processes from the repository root, ``--reps`` times each (default 5), and prints medians
+of the wall time, the CPU time (user + sys of the child, ``resource.getrusage``) and, for
+the solve, the CPU time outside :func:`planner.pipeline.plan` (interpreter start, imports,
+catalog and problem loading, JSON output: what this benchmark is about) and the wall time
+minus the solve's own ``timings_s.total``. Each run is ``python -P -c DRIVER ARGS``: the
+driver times ``plan()`` with ``time.process_time`` and runs ``planner.cli.run()`` (what the
+``planner`` command runs). ``--only COMMAND`` times one of them (``help``, ``validate`` or ``solve``).
+
+``--base TREE`` (a source tree of another revision: ``git archive REV | tar -x -C TREE``)
+runs every command with that tree's code too, alternating run by run with the working
+tree's, so that both see the same machine load; each run gets ``PYTHONPATH`` pointing at its
+tree (``-P``: the current directory is not on ``sys.path``). The parsed-catalog cache
+(``PLANNER_CACHE_DIR``) is a fresh temporary directory per tree, warmed by one untimed run,
+so the times are those of a repeated run; ``--cold`` turns it off (each run parses and
+validates the catalogs). Nothing is asserted. On a shared machine compare the CPU times.
 """
 
 from __future__ import annotations
@@ -34,20 +36,42 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: ``planner ARGS``; for ``solve``, :func:`planner.pipeline.plan` is timed in CPU seconds (on stderr).
+DRIVER = """
+import sys, time
+inside = []
+if sys.argv[1] == "solve":                # other commands must not import the pipeline
+    import planner.pipeline as pipeline
+    real = pipeline.plan
+    def timed(*args, **kwargs):
+        start = time.process_time()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            inside.append(time.process_time() - start)
+    pipeline.plan = timed
+from planner.cli import run             # the `planner` entry point: sys.exit(main())
+try:
+    run()
+finally:
+    print(f"PLAN-CPU-S {sum(inside)!r}", file=sys.stderr)
+"""
 
-def _run(tree: Path, args: list[str], cache_dir: str) -> tuple[float, float, str]:
-    """(wall s, user+sys CPU s, stdout) of one ``python -m planner ARGS`` run with TREE's code."""
+
+def _run(tree: Path, args: list[str], cache_dir: str) -> tuple[float, float, float, str]:
+    """(wall s, user+sys CPU s, CPU s inside plan(), stdout) of one ``planner ARGS`` run with TREE's code."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PLANNER_CACHE_DIR": cache_dir}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-P", "-m", "planner", *args], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-P", "-c", DRIVER, *args], cwd=ROOT, env=env,
                           capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 3):
         raise SystemExit(f"{tree}: planner {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, cpu, proc.stdout
+    plan_cpu = float(proc.stderr.rsplit("PLAN-CPU-S ", 1)[1].split()[0])
+    return wall, cpu, plan_cpu, proc.stdout
 
 
 def main(argv=None) -> int:
@@ -56,31 +80,37 @@ def main(argv=None) -> int:
     ap.add_argument("--base", type=Path, help="another source tree to time alternately")
     ap.add_argument("--solve", default="problems/chat-70b.yaml", help="problem of the timed solve")
     ap.add_argument("--cold", action="store_true", help="no parsed-catalog cache (PLANNER_CACHE_DIR=off)")
+    ap.add_argument("--only", choices=("help", "validate", "solve"), help="time one command only")
     args = ap.parse_args(argv)
-    commands = {"--help": ["--help"],
-                "validate": ["validate", "problems/chat-70b.yaml"],
+    warm = ["validate", "problems/chat-70b.yaml"]
+    commands = {"help": ["--help"],
+                "validate": warm,
                 "solve": ["solve", str(Path(args.solve).resolve()), "--json", "--no-pareto"]}
+    if args.only:
+        commands = {args.only: commands[args.only]}
     trees = {"work": ROOT, **({"base": args.base.resolve()} if args.base else {})}
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         caches = {name: "off" if args.cold else str(Path(tmp) / name) for name in trees}
         for name, tree in trees.items():                     # warm each tree's catalog cache
-            _run(tree, commands["validate"], caches[name])
+            _run(tree, warm, caches[name])
         samples: dict = {}
         for label, cmd in commands.items():
             for _ in range(args.reps):
                 for name, tree in trees.items():
-                    wall, cpu, out = _run(tree, cmd, caches[name])
-                    row = samples.setdefault((label, name), {"wall": [], "cpu": [], "outside": []})
+                    wall, cpu, plan_cpu, out = _run(tree, cmd, caches[name])
+                    row = samples.setdefault((label, name), {"wall": [], "cpu": [], "cpu_out": [], "wall_out": []})
                     row["wall"].append(wall)
                     row["cpu"].append(cpu)
                     if label == "solve":
-                        row["outside"].append(wall - json.loads(out)["timings_s"]["total"])
-    print(f"{'command':<10} {'tree':<5} {'wall s':>8} {'cpu s':>8} {'wall - timings_s.total':>23}"
-          f"   (medians of {args.reps})")
+                        row["cpu_out"].append(cpu - plan_cpu)
+                        row["wall_out"].append(wall - json.loads(out)["timings_s"]["total"])
+    print(f"{'command':<10} {'tree':<5} {'wall s':>8} {'cpu s':>8} {'cpu outside plan()':>19} "
+          f"{'wall - timings_s.total':>23}   (medians of {args.reps})")
     for (label, name), row in samples.items():
-        outside = f"{statistics.median(row['outside']):23.3f}" if row["outside"] else ""
+        extra = (f" {statistics.median(row['cpu_out']):19.3f} {statistics.median(row['wall_out']):23.3f}"
+                 if row["cpu_out"] else "")
         print(f"{label:<10} {name:<5} {statistics.median(row['wall']):8.3f} "
-              f"{statistics.median(row['cpu']):8.3f} {outside}")
+              f"{statistics.median(row['cpu']):8.3f}{extra}")
     return 0
 
 

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from planner.catalog import DEFAULT_CATALOG_DIR
+from planner.catalog_cache import cached
 from planner.schema import PlanningInputError
 from planner.serving.params import ServingParams
 
@@ -434,7 +435,9 @@ def load_calibration(spec: str | Path | None = "default") -> Calibration | None:
     path = DEFAULT_CALIBRATION_PATH if spec is None or str(spec) == "default" else Path(spec)
     if not Path(path).is_file():
         raise PlanningInputError(f"--calibration: no such file '{path}' (use 'none', 'default' or a path)")
-    return calibration_from_dict(read_yaml(Path(path)), str(_display_path(Path(path))))
+    path = Path(path)
+    doc = cached("calibration-yaml", path.resolve(), [path], lambda: read_yaml(path))  # parsed once per version
+    return calibration_from_dict(doc, str(_display_path(path)))
 
 
 def _display_path(path: Path) -> str:

@@ -3,7 +3,8 @@ YAML parsing and the validation of files that have not changed.
 
 Where: ``$PLANNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/llm-planner``, else
 ``~/.cache/llm-planner``; ``PLANNER_CACHE_DIR=off`` (or an empty value) turns the cache off.
-One file per cached thing and source directory, ``<name>-<digest of the directory>.pickle``,
+One file per cached thing and source (a catalog directory, a calibration file),
+``<name>-<digest of the source path>.pickle``,
 holds a key (a line of hex digits) and the pickled object. The key is a SHA-256 of
 :data:`CACHE_FORMAT`, the Python and pydantic versions, the size and modification time of
 every source file of the ``planner`` package (as Python's own bytecode cache checks its
@@ -52,18 +53,18 @@ def cache_dir() -> Path | None:
     return Path(base) / CACHE_SUBDIR
 
 
-def cached(name: str, directory: Path, files: Sequence[Path], build: Callable[[], T]) -> T:
+def cached(name: str, source: Path, files: Sequence[Path], build: Callable[[], T]) -> T:
     """``build()``, or the object an earlier ``build()`` from the same ``files`` (same bytes,
-    same planner code) stored under ``name`` for ``directory``. Errors of ``build`` propagate
-    and nothing is stored then."""
+    same planner code) stored under ``name`` for ``source`` (the directory or file the object
+    stands for). Errors of ``build`` propagate and nothing is stored then."""
     root = cache_dir()
     if root is None:
         return build()
     try:
-        key = _key(name, directory, files)
+        key = _key(name, source, files)
     except OSError:                       # a file is missing: build() says so properly
         return build()
-    path = root / f"{name}-{hashlib.sha256(str(directory).encode()).hexdigest()[:16]}.pickle"
+    path = root / f"{name}-{hashlib.sha256(str(source).encode()).hexdigest()[:16]}.pickle"
     hit = _read(path, key)
     if hit is not _MISS:
         return hit
@@ -72,9 +73,9 @@ def cached(name: str, directory: Path, files: Sequence[Path], build: Callable[[]
     return value
 
 
-def _key(name: str, directory: Path, files: Sequence[Path]) -> str:
+def _key(name: str, source: Path, files: Sequence[Path]) -> str:
     digest = hashlib.sha256()
-    for part in (CACHE_FORMAT, name, str(directory), sys.implementation.name, sys.version,
+    for part in (CACHE_FORMAT, name, str(source), sys.implementation.name, sys.version,
                  _pydantic_version(), *_code_signature()):
         digest.update(f"{part}\0".encode())
     for path in files:

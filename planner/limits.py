@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-from planner.dimensions import grid_description
 from planner.units import SECONDS_PER_DAY
 
 # ------------------------------------------------------------------ files
@@ -199,6 +198,8 @@ def check_spec(spec) -> list[str]:
 
 def check_problem(problem) -> list[str]:
     """Limit violations that need the catalog: the size of the search grid, converted rates."""
+    from planner.dimensions import grid_description  # pandas: not needed by the flag checks
+
     out = []
     if not problem.measured:
         grid, what = grid_description(problem, len({w.model for w in problem.workloads}))

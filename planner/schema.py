@@ -1,4 +1,5 @@
-"""Frozen pydantic models of every catalog input, and the one error type for bad input."""
+"""Frozen pydantic models of every catalog input; the one error type for bad input
+(:class:`~planner.errors.PlanningInputError`, re-exported)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from planner.errors import PlanningInputError  # noqa: F401 - re-exported: the input error of every module
 from planner.units import BITS_PER_BYTE, GIGA, TERA
-
-
-class PlanningInputError(ValueError):
-    """Invalid user input: an unknown id, a field out of range, a malformed file.
-
-    ``problems`` holds one line per problem, each starting with the YAML path of the
-    offending field (``workloads[1].slo.tpot_p95_s: must be > 0``).
-    """
-
-    def __init__(self, problems: list[str] | str):
-        self.problems = [problems] if isinstance(problems, str) else list(problems)
-        super().__init__("\n".join(self.problems))
 
 
 def _scalar_kinds(annotation) -> set | None:

@@ -116,3 +116,20 @@ def test_the_test_suite_keeps_the_cache_out_of_the_home_directory():
     folder = Path(os.environ["PLANNER_CACHE_DIR"])              # tests/conftest.py
     assert catalog_cache.cache_dir() == folder
     assert not folder.resolve().is_relative_to((Path.home() / ".cache").resolve())
+
+
+def test_the_calibration_file_is_parsed_once_per_version(cache, tmp_path, monkeypatch):
+    from planner import calibration, yamlio
+
+    path = tmp_path / "calibration.yaml"
+    shutil.copy(calibration.DEFAULT_CALIBRATION_PATH, path)
+    monkeypatch.setenv("PLANNER_CACHE_DIR", "off")
+    expected = calibration.load_calibration(path)
+    monkeypatch.setenv("PLANNER_CACHE_DIR", str(cache))
+    assert calibration.load_calibration(path) == expected       # parsed, stored
+    reads = []
+    real = yamlio.read_yaml
+    monkeypatch.setattr(yamlio, "read_yaml", lambda p: reads.append(p) or real(p))
+    assert calibration.load_calibration(path) == expected and reads == []
+    path.write_text(path.read_text() + "# edited\n")
+    assert calibration.load_calibration(path) == expected and reads == [path]

@@ -35,7 +35,7 @@ from planner.cli.helpers import (  # noqa: F401 - the exit codes are part of thi
     Parser,
     UsageError,
 )
-from planner.schema import PlanningInputError
+from planner.errors import PlanningInputError
 
 #: The command modules, in the order of ``planner --help``; each registers its subcommand
 #: with ``add_parser(subparsers)``.
@@ -61,7 +61,7 @@ _EXTRA_COMMANDS: list = []
 
 
 def main(argv=None) -> int:
-    from planner.interrupt import exit_code, handling_signals
+    from planner.signals import exit_code, handling_signals
 
     try:
         with handling_signals():
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
 
 def _run(argv) -> int:
     from planner.cli.checks import check_flags
-    from planner.interrupt import exit_code
+    from planner.signals import exit_code
 
     parser = build_parser()
     try:
@@ -101,4 +101,11 @@ def _run(argv) -> int:
 
 
 def run() -> None:
+    """The ``planner`` / ``python -m planner`` entry point.
+
+    It turns pydantic's plugins off unless the environment says otherwise: the planner uses
+    none, and looking them up reads the metadata of every installed package at the first
+    validation (tens of ms per run); ``PYDANTIC_DISABLE_PLUGINS=`` (empty) looks them up.
+    """
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     sys.exit(main())

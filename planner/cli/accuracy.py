@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from planner import jsonio
-from planner.cli.helpers import EXIT_OK, catalog_from, fmt, positive_int, print_rows
+from planner.cli.helpers import EXIT_OK, catalog_from, fmt, positive_int, print_json, print_rows
 
 
 def add_parser(sub) -> None:
@@ -39,7 +38,7 @@ def cmd_accuracy(args) -> int:
         scored = None
     report = accuracy_report(catalog, measurements, calibration, worst=args.top, scored=scored)
     if args.json:
-        print(jsonio.dumps(report))
+        print_json(report)
         return EXIT_OK
     used = report["calibration"]
     print(f"{', '.join(args.file)}: {report['rows']} rows, {report['predicted']} predicted, "

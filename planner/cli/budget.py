@@ -6,8 +6,6 @@ import argparse
 import io
 import sys
 
-import pandas as pd
-
 from planner.cli.helpers import catalog_from
 
 #: Files of ``planner budget --out DIR`` besides ``run.json``.
@@ -39,12 +37,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _missing(v) -> bool:
+    """None, NaN, NaT or NA (``pandas.isna`` of a scalar)."""
+    import pandas as pd  # here, not at the top: the parser imports this module for every command
+
+    return v is None or pd.isna(v)
+
+
 def _usd(v) -> str:
-    return "-" if v is None or pd.isna(v) else f"{v:,.0f}"
+    return "-" if _missing(v) else f"{v:,.0f}"
 
 
 def _cell(v) -> str:
-    if v is None or (isinstance(v, float) and pd.isna(v)):
+    if v is None or (isinstance(v, float) and _missing(v)):
         return "-"
     if isinstance(v, bool):
         return "yes" if v else "no"
@@ -134,7 +139,7 @@ USD_COLS = ("cost_usd", "present_value_usd", "cash_usd", "capex_usd", "power_usd
 
 
 def _excel_value(v):
-    if v is None or (not isinstance(v, (str, bool)) and pd.isna(v)):
+    if v is None or (not isinstance(v, (str, bool)) and _missing(v)):
         return None
     return v.item() if hasattr(v, "item") else v
 
@@ -250,7 +255,7 @@ def cmd_budget(args) -> int:
     from planner.outputs.writer import check_out_dir, file_sha256, write_files
     from planner.problem import load_problem
     from planner.procurement import budget, parse_procurement
-    from planner.schema import PlanningInputError
+    from planner.errors import PlanningInputError
 
     bad = [f"--{k.replace('_', '-')}: must be >= {lo}" for k, lo in (("scenarios", 0), ("workers", 1))
            if getattr(args, k) is not None and getattr(args, k) < lo]

@@ -6,8 +6,7 @@ import datetime as _dt
 import sys
 from pathlib import Path
 
-from planner import jsonio
-from planner.cli.helpers import EXIT_OK, catalog_from, fmt, positive_int, print_rows
+from planner.cli.helpers import EXIT_OK, catalog_from, fmt, positive_int, print_json, print_rows
 
 
 def add_parser(sub) -> None:
@@ -53,7 +52,7 @@ def cmd_calibrate(args) -> int:
     from planner.accuracy import accuracy_report, load_measurement_files, prepare_rows
     from planner.calibration import write_calibration
     from planner.calibration_fit import FitOptions, fit_calibration
-    from planner.schema import PlanningInputError
+    from planner.errors import PlanningInputError
 
     catalog = catalog_from(args)
     measurements = load_measurement_files(args.file)
@@ -75,7 +74,7 @@ def cmd_calibrate(args) -> int:
     write_calibration(calibration, args.out)
     summary["calibration"] = calibration.describe()
     if args.json:
-        print(jsonio.dumps(summary))
+        print_json(summary)
     else:
         print(f"wrote {args.out}")
         print_rows(["family", "seed_median_ape_%", "calibrated_median_ape_%"],

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from planner import jsonio
-from planner.cli.helpers import EXIT_OK, catalog_from
+from planner.cli.helpers import EXIT_OK, catalog_from, print_json
 
 
 def add_parser(sub) -> None:
@@ -19,7 +18,7 @@ def cmd_catalog(args) -> int:
 
     table = catalog_table(catalog_from(args), args.kind)
     if args.json:
-        print(jsonio.dumps({args.kind: table.to_dict(orient="records")}))
+        print_json({args.kind: table.to_dict(orient="records")})
     else:
         import pandas as pd
 

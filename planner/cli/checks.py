@@ -12,7 +12,7 @@ import math
 
 from planner import limits
 from planner.cli.helpers import catalog_from
-from planner.schema import PlanningInputError
+from planner.errors import PlanningInputError
 
 #: Flag -> (lowest, highest) accepted value; None: no bound on that side beyond positivity
 #: checks of the command itself. Flags not listed only need to be finite and within

@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from planner import jsonio
-
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INFEASIBLE = 0, 1, 2, 3
 #: The solver's time limit ran out with no plan and no proof of infeasibility (status "unknown").
 EXIT_UNKNOWN = 4
@@ -116,10 +114,17 @@ def print_table(rows: list[tuple[str, object]]) -> None:
         print(f"{key:<{width}}  {value}")
 
 
+def print_json(result) -> None:
+    """``result`` as the command's JSON document on stdout (:func:`planner.jsonio.dumps`)."""
+    from planner import jsonio  # numpy: imported by the commands that print JSON, not by the parser
+
+    print(jsonio.dumps(result))
+
+
 def emit(args, result: dict, table_keys=None) -> None:
     """``result`` as JSON (``--json``) or as a table of its scalar entries."""
     if args.json:
-        print(jsonio.dumps(result))
+        print_json(result)
         return
     keys = table_keys or sorted(k for k, v in result.items() if not isinstance(v, (dict, list)))
     print_table([(k, result[k]) for k in keys if k in result])

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planner import jsonio
-from planner.cli.helpers import EXIT_OK, catalog_from, positive_int
+from planner.cli.helpers import EXIT_OK, catalog_from, positive_int, print_json
 
 
 def add_parser(sub) -> None:
@@ -51,7 +50,7 @@ def cmd_import_bench(args) -> int:
                "models": sorted(frame["model"].astype(str).unique()),
                "gpus": sorted(frame["gpu"].astype(str).unique())}
     if args.json:
-        print(jsonio.dumps(summary))
+        print_json(summary)
     else:
         print(f"wrote {len(frame)} measurement rows to {out} "
               f"(models {', '.join(summary['models'])}; GPUs {', '.join(summary['gpus'])})")

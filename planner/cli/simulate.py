@@ -13,10 +13,10 @@ from planner.cli.helpers import (
     catalog_from,
     efficiency_overrides,
     positive_int,
+    print_json,
     print_table,
 )
-from planner.dimensions import gpus_per_replica
-from planner.schema import PlanningInputError
+from planner.errors import PlanningInputError
 from planner.simulate import (
     DEFAULT_PREFILL_CHUNK_TOKENS,
     DEFAULT_REQUESTS,
@@ -130,7 +130,7 @@ def cmd_simulate(args) -> int:
     if args.timeline:
         result = _timeline(args)
         if args.json:
-            _print_json(result)
+            print_json(result)
         else:
             _print_timeline(result)
         return EXIT_OK
@@ -141,7 +141,7 @@ def cmd_simulate(args) -> int:
                          "(or --timeline)")
     result = _replica(args)
     if args.json:
-        _print_json(result)
+        print_json(result)
     else:
         print_table([(k, result[k]) for k in _REPLICA_TABLE_KEYS if k in result])
     return EXIT_OK
@@ -153,6 +153,7 @@ def _replica(args) -> dict:
     from planner import parameters
     from planner.calculators import _frame, _resolve, check_parallelism, config_params
     from planner.configs import config_arrays
+    from planner.dimensions import gpus_per_replica
     from planner.serving import memory
     from planner.simulate import simulate_replica
     from planner.traffic import parse_length_spec
@@ -285,8 +286,3 @@ def _print_timeline(result: dict) -> None:
         for row in ascii_timeline(result[name]["timeline"], result["max_batch"], horizon):
             print(row)
 
-
-def _print_json(result: dict) -> None:
-    from planner import jsonio
-
-    print(jsonio.dumps(result))

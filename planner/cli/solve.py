@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from planner import jsonio
 from planner.cli.helpers import (
     EXIT_INFEASIBLE,
     EXIT_OK,
@@ -13,9 +12,10 @@ from planner.cli.helpers import (
     catalog_from,
     fraction,
     positive_int,
+    print_json,
     print_warnings,
 )
-from planner.schema import PlanningInputError
+from planner.errors import PlanningInputError
 
 
 def _confidence(text: str) -> float:
@@ -76,7 +76,7 @@ def cmd_solve(args) -> int:
             raise PlanningInputError(f"--out {args.out}: cannot write: {exc}") from None
         print(f"wrote {args.out}", file=sys.stderr)
     if args.json:
-        print(jsonio.dumps(result_to_dict(result)))
+        print_json(result_to_dict(result))
     else:
         print(result_text(result))
     if result.plans:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from planner import jsonio
 from planner.cli.helpers import (
     EXIT_OK,
     add_config_args,
     add_efficiency_args,
     catalog_from,
     efficiency_overrides,
+    print_json,
 )
 
 
@@ -46,7 +46,7 @@ def cmd_sweep(args) -> int:
                   kv_dtype=args.kv_dtype, calibration=args.calibration, overrides=efficiency_overrides(args),
                   engine=args.engine)
     if args.json:
-        print(jsonio.dumps({**table.attrs, "rows": table.to_dict(orient="records")}))
+        print_json({**table.attrs, "rows": table.to_dict(orient="records")})
     elif args.csv:
         from planner.outputs.tables import csv_text
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from planner import jsonio
-from planner.cli.helpers import EXIT_OK, catalog_from, print_warnings
+from planner.cli.helpers import EXIT_OK, catalog_from, print_json, print_warnings
 
 
 def add_parser(sub) -> None:
@@ -27,7 +26,7 @@ def cmd_validate(args) -> int:
                "gpus": list(problem.gpus), "quantization": list(problem.quantization),
                "kv_cache_dtypes": list(problem.kv_cache_dtypes), "warnings": list(problem.warnings)}
     if args.json:
-        print(jsonio.dumps(summary))
+        print_json(summary)
     else:
         print(f"{args.problem}: valid ({len(problem.workloads)} workloads, {len(problem.gpus)} GPU types)")
     return EXIT_OK
