@@ -242,6 +242,12 @@ def candidate_ids(frame: pd.DataFrame) -> pd.Series:
     A dimension at its default (or absent from ``frame``) is skipped, so adding a
     dimension with a default keeps every existing id.
     """
+    return pd.Series(id_strings(candidate_hashes(frame)), index=frame.index)
+
+
+def candidate_hashes(frame: pd.DataFrame) -> np.ndarray:
+    """The 64-bit hashes behind :func:`candidate_ids` (the id is the top 48 bits in hex, so
+    the ids sort as ``hashes >> 16`` do)."""
     h = np.zeros(len(frame), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for d in DIMENSIONS:
@@ -249,16 +255,53 @@ def candidate_ids(frame: pd.DataFrame) -> pd.Series:
                 if d.default is None:
                     raise KeyError(f"candidate_ids: the frame has no column '{d.name}'")
                 continue
-            codes, uniques = pd.factorize(frame[d.name].astype(str))
-            values = np.array([_value_hash(f"{d.name}={u}") for u in uniques], dtype=np.uint64)
+            codes, texts, defaults = _distinct_values(frame[d.name], d)
+            values = np.array([_value_hash(f"{d.name}={u}") for u in texts], dtype=np.uint64)
             mixed = (h ^ values[codes]) * _MIX
             mixed ^= mixed >> np.uint64(31)
             if d.default is None:
                 h = mixed
             else:
-                h = np.where(frame[d.name].map(d.is_default).to_numpy(bool), h, mixed)
-    hex_ids = np.char.mod("%016x", h).astype(f"<U{ID_HEX_DIGITS}")
-    return pd.Series(np.char.add("c", hex_ids), index=frame.index)
+                h = np.where(defaults, h, mixed)
+    return h
+
+
+def _distinct_values(column: pd.Series, d: Dimension) -> tuple[np.ndarray, list, np.ndarray | None]:
+    """``(codes, texts, defaults)``: per row the code of its value, the ``str`` of each
+    distinct value (as ``column.astype(str)`` writes it) and, for a dimension with a
+    default, per row whether the value is the default (``d.is_default``).
+
+    Integer, boolean and string columns without missing values are factorized as they
+    are, and the text and default are taken once per distinct value (speed: 74,880 rows in
+    a few ms); other columns (floats, mixed objects, missing values) go through
+    ``astype(str)`` and a per-row ``is_default`` as before.
+    """
+    kind = column.dtype.kind
+    if kind in "iub" or (pd.api.types.is_string_dtype(column.dtype)
+                         and (kind != "O" or pd.api.types.infer_dtype(column, skipna=False) == "string")):
+        codes, uniques = pd.factorize(column)
+        if not (codes < 0).any():         # no missing value
+            raw = list(uniques)
+            defaults = None if d.default is None else np.array([d.is_default(u) for u in raw], dtype=bool)[codes]
+            return codes, [str(u) for u in raw], defaults
+    codes, uniques = pd.factorize(column.astype(str))
+    defaults = None if d.default is None else column.map(d.is_default).to_numpy(bool)
+    return codes, list(uniques), defaults
+
+
+#: The hex digits, as UCS-4 code points (ids are built as code-point arrays).
+_HEX_CODEPOINTS = np.frombuffer("0123456789abcdef".encode("utf-32-le"), dtype=np.uint32)
+
+
+def id_strings(hashes: np.ndarray) -> np.ndarray:
+    """"c" and the top ``ID_HEX_DIGITS`` hex digits of each 64-bit hash (a str array; the
+    same text as ``"c" + "%016x" % h`` cut to 13 characters)."""
+    h = np.asarray(hashes, dtype=np.uint64)
+    points = np.empty((len(h), ID_HEX_DIGITS + 1), dtype=np.uint32)
+    points[:, 0] = ord("c")
+    for i in range(ID_HEX_DIGITS):
+        points[:, i + 1] = _HEX_CODEPOINTS[(h >> np.uint64(60 - 4 * i)) & np.uint64(15)]
+    return points.view(f"<U{ID_HEX_DIGITS + 1}").reshape(len(h))
 
 
 # ----------------------------------------------------------------------------- table
@@ -283,8 +326,19 @@ class CandidateTable:
         if unknown or missing:
             raise KeyError(f"CandidateTable.grid: unknown dimensions {unknown}, missing {missing}")
         names = [n for n in NAMES if n in values]
-        rows = itertools.product(*(values[n] for n in names))
-        return cls(pd.DataFrame(list(rows), columns=names))
+        seqs = [list(values[n]) for n in names]
+        size = math.prod(len(v) for v in seqs)
+        if not size:
+            return cls(pd.DataFrame(list(itertools.product(*seqs)), columns=names))
+        # Column by column (speed): each dimension's distinct values typed as the rows'
+        # DataFrame would type them, then repeated in the product's order.
+        columns, inner = {}, size
+        for name, seq in zip(names, seqs):
+            inner //= len(seq)
+            index = np.tile(np.repeat(np.arange(len(seq)), inner), size // (inner * len(seq)))
+            distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
+            columns[name] = distinct.take(index).reset_index(drop=True)
+        return cls(pd.DataFrame(columns))
 
     def __len__(self) -> int:
         return len(self.frame)
@@ -313,5 +367,18 @@ class CandidateTable:
         for n in names:
             if n not in present and dimension(n).default is None:
                 raise KeyError(f"factorize: the table has no column '{n}'")
-        codes, uniques = pd.factorize(pd.MultiIndex.from_frame(self.frame[present]))
-        return codes, pd.DataFrame(uniques.tolist(), columns=present)
+        parts = [pd.factorize(self.frame[n]) for n in present]
+        sizes = [len(distinct) for _, distinct in parts]
+        if (not present or self.frame.empty or any((codes < 0).any() for codes, _ in parts)
+                or math.prod(sizes) >= 2 ** 62):
+            codes, uniques = pd.factorize(pd.MultiIndex.from_frame(self.frame[present]))
+            return codes, pd.DataFrame(uniques.tolist(), columns=present)
+        # Speed: mixed-radix codes of the columns' own codes instead of a MultiIndex of
+        # tuples, numbered in order of first appearance as the MultiIndex's factorize does.
+        key = np.zeros(len(self.frame), dtype=np.int64)
+        for (part, _), size in zip(parts, sizes):
+            key = key * size + part
+        codes, distinct = pd.factorize(key)
+        first = np.unique(codes, return_index=True)[1]
+        rows = self.frame[present].iloc[first]
+        return codes, pd.DataFrame(list(rows.itertuples(index=False, name=None)), columns=present)

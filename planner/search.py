@@ -24,7 +24,7 @@ from planner.problem import Problem
 from planner.serving import memory
 from planner.serving.evaluate import evaluate
 from planner.serving.params import ServingParams
-from planner.serving.queueing import TrafficArrays, capacity_at_slo
+from planner.serving.queueing import TrafficArrays, capacity_at_slo, step_model
 
 #: Rejection reasons, in the order they are checked (the first that applies is reported).
 REASONS = (
@@ -81,27 +81,31 @@ def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
 def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     cat = problem.catalog
     model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
-    gpus = {g: cat.gpu(g) for g in problem.gpus}
     fmts = {q: cat.weight_format(q) for q in problem.quantization}
-    g, q = frame["gpu"], frame["quantization"]
-    no_compute = g.map({x: gpus[x].bf16_tflops is None for x in gpus}).to_numpy(bool)
-    pairs = g + "|" + q
-    bad = {f"{x}|{f}": x in fmts[f].unsupported_gpus
-           or (fmts[f].fallback == "none" and gpus[x].peak_flops_per_s(fmts[f].math) is None)
-           for x in gpus for f in fmts}
-    unsupported = pairs.map(bad).to_numpy(bool)
+    # per distinct GPU and (GPU, format), then onto the rows by their codes (speed)
+    g_codes, g_ids = pd.factorize(frame["gpu"])
+    q_codes, q_ids = pd.factorize(frame["quantization"])
+    gpus = [cat.gpu(x) for x in g_ids]
+
+    def per_gpu(value, dtype):
+        return np.array([value(spec) for spec in gpus], dtype=dtype)[g_codes]
+
+    bad = np.array([[g in fmts[f].unsupported_gpus
+                     or (fmts[f].fallback == "none" and x.peak_flops_per_s(fmts[f].math) is None)
+                     for f in q_ids] for g, x in zip(g_ids, gpus)], dtype=bool).reshape(len(gpus), len(q_ids))
     tp = frame["tp"].to_numpy()
-    domain = g.map({x: gpus[x].max_gpus_per_scale_up_domain for x in gpus}).to_numpy()
-    scale_out = g.map({x: gpus[x].scale_out_bytes_per_s for x in gpus}).to_numpy(float)
+    domain = per_gpu(lambda x: x.max_gpus_per_scale_up_domain, np.int64)
+    scale_out = per_gpu(lambda x: x.scale_out_bytes_per_s, float)
+    priced = set(problem.prices_usd_per_gpu_hour)
     return {
-        "gpu_has_no_compute_figure": no_compute,
-        "quantization_unsupported_on_gpu": unsupported,
+        "gpu_has_no_compute_figure": per_gpu(lambda x: x.bf16_tflops is None, bool),
+        "quantization_unsupported_on_gpu": bad[g_codes, q_codes],
         **format_rejections(problem, frame),
         "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
         **layout_rejections(model, frame),
         "tp_exceeds_scale_up_domain": exceeds_scale_up_domain(frame, domain, scale_out),
         "pp_exceeds_layers": frame["pp"].to_numpy() > model.num_layers,
-        "no_price_for_gpu": ~g.isin(list(problem.prices_usd_per_gpu_hour)).to_numpy(bool),
+        "no_price_for_gpu": ~np.array([x in priced for x in g_ids], dtype=bool)[g_codes],
     }
 
 
@@ -128,14 +132,16 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
         parts.append(params)
         sizes.append(evaluated)
     out = pd.concat(frames)
-    out.index = dimensions.candidate_ids(out)
-    out.index.name = "candidate_id"
+    hashes = dimensions.candidate_hashes(out)
+    out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
     if not out.index.is_unique:  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
     # each model's frame starts with its evaluated rows, in the order of its parameters
     starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
     rows = np.concatenate([start + np.arange(n) for start, n in zip(starts, sizes)]).astype(int)
-    return out.sort_index(), problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
+    # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string sort)
+    order = np.argsort(hashes >> np.uint64(16), kind="stable")
+    return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
 def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int]:
@@ -253,9 +259,11 @@ def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: Se
     if not np.all(np.asarray(roles) == "both"):
         return _by_role(problem, rows, workload, params, arrays, traffic, ttft, tpot, margins)
     results = {}
+    model = step_model(arrays, params, traffic)   # one step model for every SLO pair
 
     def capacity(ttft_slo_s, tpot_slo_s):
-        results[ttft_slo_s, tpot_slo_s] = capacity_at_slo(arrays, params, traffic, ttft_slo_s, tpot_slo_s)
+        results[ttft_slo_s, tpot_slo_s] = capacity_at_slo(arrays, params, traffic, ttft_slo_s, tpot_slo_s,
+                                                          model=model)
         return results[ttft_slo_s, tpot_slo_s]["max_rate_per_s"]
 
     margins = margins or Margins(confidence=0.5, max_load_fraction=1.0)

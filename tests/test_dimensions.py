@@ -165,3 +165,30 @@ def test_limits_names_every_dimension_of_an_oversized_grid():
         "search: the grid holds 640,000 configurations (1 model(s) x 2 GPUs x 2 tp x 2 pp x 2 formats x "
         "1 KV dtypes x 40000 batch sizes), at most 500,000: narrow search.gpus, search.quantization or "
         "search.max_batch"]
+
+
+def test_fast_grid_ids_and_factorize_equal_their_plain_definitions():
+    """The column-wise grid equals the DataFrame of the product's rows (dtypes included); the
+    ids of typed columns equal those of the same values in object columns (the astype(str)
+    path); the mixed-radix factorize equals the MultiIndex one (codes and uniques)."""
+    import itertools
+
+    values = {"model": ["m-a", "m-b"], "gpu": ["h100-sxm", "a10"], "tp": [1, 2, 4], "pp": [1],
+              "quantization": ["bf16", "fp8"], "kv_cache_dtype": ["bf16"], "max_batch": [8, 64],
+              "ep": [1, 8], "attention_dp": [False, True]}
+    grid = dimensions.CandidateTable.grid(values).frame
+    names = [n for n in dimensions.NAMES if n in values]
+    plain = pd.DataFrame(list(itertools.product(*(values[n] for n in names))), columns=names)
+    pd.testing.assert_frame_equal(grid, plain, check_exact=True)
+    ids = dimensions.candidate_ids(grid)
+    pd.testing.assert_series_equal(ids, dimensions.candidate_ids(grid.astype(object)), check_exact=True)
+    assert ids.is_unique and list(ids.sort_values()) == list(dimensions.id_strings(np.sort(
+        dimensions.candidate_hashes(grid) >> np.uint64(16) << np.uint64(16))))
+    mixed = pd.concat([grid.drop(columns=["ep", "attention_dp"]), grid.iloc[::5]], ignore_index=True)
+    for frame in (grid, grid.iloc[::-3], mixed):
+        for keys in (["model", "gpu", "quantization", "kv_cache_dtype"], ["model", "tp", "ep", "attention_dp"]):
+            codes, uniques = dimensions.CandidateTable(frame).factorize(keys)
+            present = [k for k in keys if k in frame.columns]
+            ref_codes, ref = pd.factorize(pd.MultiIndex.from_frame(frame[present]))
+            assert np.array_equal(codes, ref_codes)
+            pd.testing.assert_frame_equal(uniques, pd.DataFrame(ref.tolist(), columns=present), check_exact=True)

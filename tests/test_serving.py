@@ -125,30 +125,56 @@ def test_recommended_max_num_seqs_rounding():
 
 
 def test_fused_blocked_evaluate_equals_the_modular_equations_bit_for_bit(catalog):
-    """evaluate() (blocks of BLOCK_ROWS, fused pass) = the composition of roofline/memory/economics."""
+    """evaluate() (blocks of BLOCK_ROWS, fused pass) = the composition of roofline/memory/economics,
+    bit for bit (signed zeros and NaNs included), on every kind of row the pass treats apart:
+    MoE (the power skipped where it saturates), sliding windows, MLA, a GPU without link."""
     from planner.serving import evaluate as ev
 
     rng = np.random.default_rng(1)
     n = 2 * ev.BLOCK_ROWS + 77            # several blocks and a ragged last one
     gpus = [g for g, spec in catalog.gpus.entries.items() if spec.bf16_tflops]
+    assert "m2-ultra" in gpus and catalog.gpu("m2-ultra").link_bytes_per_s == 0
+    models = ["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b", "gemma-3-27b", "qwen3-30b-a3b"]
     frame = pd.DataFrame({
-        "model": rng.choice(["llama-3.1-8b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b"], n),
+        "model": rng.choice(models, n),
         "gpu": rng.choice(gpus, n), "quantization": rng.choice(["bf16", "fp8"], n),
         "kv_cache_dtype": rng.choice(["bf16", "fp8"], n), "tp": rng.choice([1, 2, 8], n),
-        "pp": rng.choice([1, 2, 4], n), "batch": rng.integers(1, 300, n),
+        "pp": rng.choice([1, 2, 4], n), "batch": rng.integers(0, 300, n),
         "prompt_tokens": rng.integers(16, 9000, n), "output_tokens": rng.integers(2, 900, n),
         "context_tokens": np.nan})
     arrays, _ = config_arrays(catalog, frame)
     params = ServingParams().with_overrides(memory_efficiency=rng.uniform(0.5, 0.9, n), step_overhead_s=1e-4)
     users = rng.integers(1, 600, n).astype(float)
     usd = rng.uniform(1, 5, n)
-    got = ev.evaluate(arrays, params, users=users, usd_per_gpu_hour=usd)
-    ref = ev.evaluate_reference(arrays, params, users=users, usd_per_gpu_hour=usd)
-    assert set(got) == set(ref)
-    for key in ref:
-        assert np.array_equal(np.asarray(got[key]), np.asarray(ref[key]),
-                              equal_nan=np.asarray(ref[key]).dtype.kind == "f"), key
+    for args in ((params, users, usd), (ServingParams(), None, None), (ServingParams(), None, 2.5)):
+        got = ev.evaluate(arrays, *args)
+        with np.errstate(divide="ignore", invalid="ignore"):   # batch 0 rows
+            ref = ev.evaluate_reference(arrays, *args)
+        assert list(got) == list(ref)
+        for key in ref:
+            a, b = np.asarray(got[key]), np.asarray(ref[key])
+            assert a.dtype == b.dtype and a.shape == b.shape, key
+            assert a.tobytes() == b.tobytes(), key
     assert (got["expert_read_fraction"][frame["model"].to_numpy() == "llama-3.1-8b"] == 0).all()
+    moe = frame["model"].isin(["mixtral-8x7b", "qwen3-30b-a3b"]).to_numpy()
+    assert (got["expert_read_fraction"][moe] == 1.0).any()        # saturated rows exist
+    assert ((got["expert_read_fraction"][moe] > 0) & (got["expert_read_fraction"][moe] < 1)).any()
+
+
+def test_step_model_shared_terms_and_kept_prefill_terms_give_the_same_times(catalog):
+    """StepModel.time with precomputed decode terms, and a second call that reuses the kept
+    prefill term, return exactly the plain call's times."""
+    c = arrays(catalog, "mixtral-8x7b", tp=np.array([1, 2, 8]), pp=np.array([1, 2, 1]), batch=np.array([8, 64, 256]))
+    fresh = roofline.StepModel(c, P)
+    n = np.array([3.0, 40.0, 200.0])
+    plain = fresh.time(n, 512.0, 3000.0)
+    model = roofline.StepModel(c, P)
+    terms = model.decode_terms(n)
+    assert model.time(n, 512.0, 3000.0, terms=terms).tobytes() == plain.tobytes()
+    assert model.time(n, 512.0, 3000.0).tobytes() == plain.tobytes()       # kept prefill term
+    assert model.time(n).tobytes() == fresh.time(n).tobytes()
+    dense = roofline.StepModel(arrays(catalog, "llama-3.1-8b", batch=np.array([1, 32])), P)
+    assert np.all(np.diff(dense.time(np.array([1.0, 32.0]))) > 0)          # more decoders, longer step
 
 
 def test_take_indexes_per_row_columns_and_keeps_scalars(catalog):

@@ -179,10 +179,12 @@ def step_model(c: ConfigArrays, p: ServingParams, t: TrafficArrays) -> StepModel
 
 
 def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
-                       steps: StepModel | None = None) -> dict:
+                       steps: StepModel | None = None, slots=None) -> dict:
     """Rate, mean and p95 latencies of a replica whose mean decode occupancy is ``n``.
 
     ``c.batch`` is the max batch B; ``c.context_tokens`` the mean decode context.
+    ``steps``: :func:`step_model` of ``c``, ``p``, ``t`` and ``slots``: ``_n_max(c, p)``,
+    when the caller already has them (a bisection calls this many times).
     Returns arrays: rate_per_s, tpot_mean_s, tpot_p95_s, ttft_p95_s, stable (bool).
     """
     n = np.asarray(n, dtype=float)
@@ -191,7 +193,10 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
     chunk = p.prefill_chunk_tokens
 
     steps = steps or step_model(c, p, t)
-    step = steps.time
+    at_n = steps.decode_terms(n)          # shared by every step with n decoders
+
+    def step(batch, tokens=0.0, prompt=None):
+        return steps.time(batch, tokens, prompt, terms=at_n if batch is n else None)
 
     s_d = step(n)
     slope = step(n + 1.0) - s_d                                   # b: step time per decoder
@@ -228,7 +233,7 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
         tpot_p95 = tau + mixture_p95_offset(sds)
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
-    slots = _n_max(c, p)
+    slots = _n_max(c, p) if slots is None else slots
     p95_eff = np.maximum(t.prompt_p95_tokens * hit, 1.0)
     full_chunks = np.ceil(np.maximum(p95_eff, 1.0) / chunk) - 1.0
     service_p95 = full_chunks * s_full + step(n, p95_eff - full_chunks * chunk, t.prompt_p95_tokens)
@@ -266,12 +271,14 @@ def _n_max(c: ConfigArrays, p: ServingParams) -> np.ndarray:
 
 
 def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttft_p95_s,
-                    slo_tpot_p95_s, steps: int = CAPACITY_BISECTION_STEPS) -> dict:
+                    slo_tpot_p95_s, steps: int = CAPACITY_BISECTION_STEPS,
+                    model: StepModel | None = None) -> dict:
     """Largest Poisson rate [1/s] one replica carries with both p95s within the SLOs.
 
     Returns arrays: max_rate_per_s (0 where even a trickle misses an SLO), the state at
     that rate (ttft_p95_s, tpot_p95_s, occupancy), and ``slo_violated_at_low_load``
     ("ttft", "tpot" or "" per row: which SLO a trickle of load already misses).
+    ``model``: :func:`step_model` of ``c``, ``p``, ``t`` when the caller has it (several SLOs).
     """
     n_max = _n_max(c, p)
     shape = np.broadcast_shapes(n_max.shape, np.shape(slo_ttft_p95_s), np.shape(slo_tpot_p95_s),
@@ -279,10 +286,13 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
     lo = np.zeros(shape)
     hi = np.broadcast_to(n_max, shape).astype(float)
 
-    steps_model = step_model(c, p, t)
+    steps_model = model or step_model(c, p, t)
+
+    def state(n):
+        return state_at_occupancy(c, p, t, n, steps_model, n_max)
 
     def ok(n):
-        s = state_at_occupancy(c, p, t, n, steps_model)
+        s = state(n)
         return (s["ttft_p95_s"] <= slo_ttft_p95_s) & (s["tpot_p95_s"] <= slo_tpot_p95_s) & s["stable"], s
 
     top_ok, _ = ok(hi)
@@ -292,14 +302,14 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
         lo = np.where(good, mid, lo)
         hi = np.where(good, hi, mid)
     n_star = np.where(top_ok, np.broadcast_to(n_max, shape), lo)
-    state = state_at_occupancy(c, p, t, n_star, steps_model)
-    rate = np.where(n_star > 0, state["rate_per_s"], 0.0)
+    final = state(n_star)
+    rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
     # Which SLO fails at a trickle (for the rejection reasons).
-    trickle = state_at_occupancy(c, p, t, np.full(shape, 1e-6), steps_model)
+    trickle = state(np.full(shape, 1e-6))
     first = np.where(trickle["ttft_p95_s"] > slo_ttft_p95_s, "ttft",
                      np.where(trickle["tpot_p95_s"] > slo_tpot_p95_s, "tpot", ""))
-    return {"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": state["ttft_p95_s"],
-            "tpot_p95_s": state["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first}
+    return {"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
+            "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first}
 
 
 def state_at_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays, rate_per_s,

@@ -202,33 +202,61 @@ class StepModel:
         self.hop_per_row = pp_hop_time_s(c, p, 1.0) - pp_hop_time_s(c, p, 0.0)
         self.fixed = pp_hop_time_s(c, p, 0.0) + p.step_overhead_s + self.comm_fixed
         self.prompt_tokens = c.prompt_tokens
-        # Dense models read no routed experts: the expert term is exactly 0 (no power).
+        # Dense models read no routed experts: the expert term is exactly 0 (no power), and
+        # the weight read does not depend on the step (computed once).
         self.has_experts = bool(np.any(self.expert_bytes > 0))
+        with np.errstate(invalid="ignore"):
+            self.dense_read = None if self.has_experts else self.dense_bytes + self.expert_bytes * 0.0
         self.layout = (c, p) if moe.has_layout(c) else None   # issue 14: expert load imbalance
+        self._prefill_memo: dict = {}
 
-    def time(self, decode_batch, prefill_tokens=0.0, prompt_tokens=None) -> np.ndarray:
-        """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
-        prompt tokens from prompts of length ``prompt_tokens`` (default: the configured)."""
+    #: Prefill terms kept per (chunk, prompt) pair of scalars (:meth:`_prefill_flops`).
+    PREFILL_MEMO_SIZE = 16
+
+    def decode_terms(self, decode_batch) -> tuple:
+        """The parts of :meth:`time` that depend on the decode batch only: pass them as
+        ``terms`` to several :meth:`time` calls with the same batch (same numbers)."""
         n = np.asarray(decode_batch, dtype=float)
+        decoders = micro_batch(n, self.pp)
+        return n, decoders, decoders * self.pp * self.kv_bytes_per_decoder, decoders * self.decode_flops
+
+    def time(self, decode_batch, prefill_tokens=0.0, prompt_tokens=None, terms: tuple | None = None) -> np.ndarray:
+        """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
+        prompt tokens from prompts of length ``prompt_tokens`` (default: the configured);
+        ``terms``: :meth:`decode_terms` of ``decode_batch``, if already computed."""
+        n, decoders, kv_read, decode_flops = terms if terms is not None else self.decode_terms(decode_batch)
         t = np.asarray(prefill_tokens, dtype=float)
         pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
         # Speed (same numbers): the decoders' micro-batch once; a decode-only step (t = 0)
         # has rows = that micro-batch and no prefill term (0 x a finite cost, added to a
         # positive time); a dense model no expert term.
-        decoders = micro_batch(n, self.pp)
         decode_only = t.ndim == 0 and t == 0.0
         rows = decoders if decode_only else micro_batch(n + t, self.pp)
         read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) if self.has_experts \
-            else self.dense_bytes + self.expert_bytes * 0.0
+            else self.dense_read
         if self.layout is not None:   # issue 14: the most loaded EP rank's experts (moe.py)
             read = self.dense_bytes + self.expert_bytes * moe.loaded_expert_fraction(*self.layout, 1.0 - self.miss ** rows)
-        read = read + decoders * self.pp * self.kv_bytes_per_decoder
+        read = read + kv_read
         t_mem = read * self.mem_s_per_byte
-        flops = decoders * self.decode_flops
+        flops = decode_flops
         if not decode_only:
-            flops = flops + micro_batch(t, self.pp) * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
+            flops = flops + self._prefill_flops(t, pt)
         t_comp = flops * self.pp * self.comp_s_per_flop
         return np.maximum(t_mem, t_comp) + self.comm_per_row * rows + self.hop_per_row * rows + self.fixed
+
+    def _prefill_flops(self, t: np.ndarray, pt) -> np.ndarray:
+        """The chunk's FLOPs term m(t) (2 P_act + 2 L d p) / phi; for scalar ``t`` and ``pt``
+        kept (it does not depend on the decode batch: a bisection asks for it every step)."""
+        if t.ndim or np.ndim(pt):
+            return micro_batch(t, self.pp) * (self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
+        key = (float(t), float(pt))
+        got = self._prefill_memo.get(key)
+        if got is None:
+            if len(self._prefill_memo) >= self.PREFILL_MEMO_SIZE:
+                self._prefill_memo.clear()
+            got = self._prefill_memo[key] = micro_batch(t, self.pp) * (
+                self.prefill_flops_base + self.prefill_flops_per_prompt_token * pt)
+        return got
 
 
 def mixed_step_time_s(c: ConfigArrays, p: ServingParams, decode_batch, prefill_tokens,
