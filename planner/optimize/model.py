@@ -11,7 +11,7 @@ from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance
 from planner.optimize.prune import (candidate_blocks, candidate_pools, candidate_roles, prune_dominated,
-                                    prune_dominated_pools, role_blocks)
+                                    prune_dominated_pools, prune_replica_multiples, role_blocks)
 from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
                                       check_magnitudes, cost_units, limit_cost_units,
                                       replica_upper_bounds, scale_loads)
@@ -88,7 +88,9 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
         The validated problem.
     prune : bool, default True
         Drop dominated candidates first (see :func:`prune_dominated`), then the
-        prefill/decode pools another pool covers (:func:`prune_dominated_pools`).
+        prefill/decode pools another pool covers (:func:`prune_dominated_pools`) and the
+        prefill/decode candidates replicas of a smaller one replace
+        (:func:`prune_replica_multiples`).
 
     Returns
     -------
@@ -117,10 +119,12 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     pruned = (prune_dominated(cands, role_blocks(candidate_blocks(cands), cap_frame)) if prune
               else pd.Series(dtype=object, name="dominated_by"))
     keep = ~cands.index.isin(pruned.index)
-    if prune:  # then whole prefill/decode pools another pool covers
-        pooled = prune_dominated_pools(cands[keep], cap_frame[keep])
-        pruned = pd.concat([pruned, pooled]).sort_index() if len(pooled) else pruned
-        keep &= ~cands.index.isin(pooled.index)
+    # then whole prefill/decode pools another pool covers, and prefill/decode candidates that
+    # replicas of a smaller one replace (each rule keeps the optimum of what the previous left)
+    for rule in (prune_dominated_pools, prune_replica_multiples) if prune else ():
+        more = rule(cands[keep], cap_frame[keep])
+        pruned = pd.concat([pruned, more]).sort_index() if len(more) else pruned
+        keep &= ~cands.index.isin(more.index)
     cands, cap_frame = cands[keep], cap_frame[keep]
     ids = pd.Index(cands.index, name="candidate_id")
     q = instance.traffic_units()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.optimize.scaling import cost_units, to_fraction
+
 NO_CAPACITY = "<serves no workload>"
 NO_PARTNER = "<no candidate of the other role in its pool>"
 #: Serving roles of a candidate (column ``role``; absent: every candidate is ``both``).
@@ -122,6 +124,58 @@ def _kept_dominator(rows, cap, gpr, price, ids) -> str:
         if not beaten.any():
             return str(ids[rows[pos]])
     return str(ids[rows[order[0]]])  # unreachable for a strict partial order
+
+
+def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:
+    """Find prefill/decode candidates that several replicas of a smaller one replace.
+
+    Parameters
+    ----------
+    candidates : pandas.DataFrame
+        Columns ``gpu``, ``gpus_per_replica``, ``usd_per_replica_hour`` and optionally
+        ``role`` and the :data:`POOL_KEY` columns; aggregated (``both``) candidates are
+        left alone.
+    capacity_per_s : pandas.DataFrame
+        Same index and order, one column per workload [1/s].
+
+    Returns
+    -------
+    pandas.Series
+        Indexed by pruned ``candidate_id``, value: the id of a kept candidate m >= 2 of
+        whose replicas replace one of it.
+
+    Notes
+    -----
+    j is replaced by i when both are of one :func:`candidate_blocks` block (role and pool)
+    and GPU type and, for m = min(floor(G_j / G_i), floor(c_j / c_i)) >= 2 (G GPUs per
+    replica, c the price in the model's integer cost units), m cap_ik >= cap_jk for every
+    workload k (exactly, in the model's rationals). Each replica of j becomes m replicas of
+    i (merged with i's deployment if there is one): no more GPUs of that type, no higher
+    cost, the traffic j carried fits (the model's rounded-up load per traffic unit on i is
+    at most m times the one on j), an N+1 spare replica of j leaves m >= 1 spare replicas
+    of i, and the number of distinct configurations does not grow; replicas beyond the load
+    and one spare can then be removed. The relation is transitive (m multiplies) and G
+    strictly decreases along it, so every pruned candidate has a kept replacement.
+    """
+    roles, blocks = candidate_roles(candidates), candidate_blocks(candidates)
+    ids = candidates.index.to_numpy()
+    cap = capacity_per_s.to_numpy(float)
+    gpr = candidates["gpus_per_replica"].to_numpy(np.int64)
+    price, _ = cost_units(candidates["usd_per_replica_hour"])
+    gpu = candidates["gpu"].to_numpy(object)
+    by: dict[int, list[int]] = {}
+    rows = np.flatnonzero(roles != "both")
+    for _, group in pd.Series(rows).groupby([blocks[rows], gpu[rows]], sort=True):
+        for j in group:
+            for i in group:
+                m = min(gpr[j] // gpr[i], price[j] // price[i]) if gpr[i] < gpr[j] else 0
+                if m >= 2 and (m * cap[i] >= cap[j] * (1 - 1e-12)).all() and all(
+                        m * to_fraction(a) >= to_fraction(b) for a, b in zip(cap[i], cap[j])):
+                    by.setdefault(int(j), []).append(int(i))
+    pruned = pd.Series({str(ids[j]): str(ids[min(i for i in dominators if i not in by)])
+                        for j, dominators in by.items()}, dtype=object, name="dominated_by")
+    pruned.index.name = "candidate_id"
+    return pruned.sort_index()
 
 
 def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:

@@ -7,7 +7,7 @@ from opt_helpers import FAST
 
 from planner.optimize import (PlanningInstance, SolveStatus, build_model, prune_dominated, read_plan,
                               run_solver)
-from planner.optimize.prune import NO_CAPACITY, candidate_pools
+from planner.optimize.prune import NO_CAPACITY, candidate_blocks, candidate_pools, role_blocks
 
 
 def test_prune_rules():
@@ -158,3 +158,67 @@ def test_random_pool_cases_actually_prune_pools():
         mine = candidate_pools(_random_pooled(seed).candidates.loc[built.pruned.index])
         return any(pool.get(by) not in (None, own) for by, own in zip(built.pruned, mine))
     assert sum(map(across_pools, range(16))) >= 6
+
+
+def test_replica_multiple_rules():
+    from planner.optimize.prune import prune_replica_multiples
+
+    cands, cap = _pooled([
+        ("a", "prefill", "bf16/bf16", "g", 1, 1.0, [3]), ("b", "prefill", "bf16/bf16", "g", 2, 2.0, [6]),
+        ("c", "prefill", "bf16/bf16", "g", 2, 2.0, [7]), ("d", "prefill", "bf16/bf16", "g", 4, 4.0, [12]),
+        ("e", "prefill", "bf16/bf16", "g", 4, 3.0, [5]), ("f", "prefill", "bf16/bf16", "h", 2, 2.0, [2]),
+        ("g", "prefill", "fp8/fp8", "g", 2, 2.0, [4]), ("x", "decode", "bf16/bf16", "g", 1, 1.0, [10]),
+        ("y", "decode", "bf16/bf16", "g", 2, 1.5, [10]), ("z", "both", "bf16/bf16", "g", 2, 2.0, [1]),
+    ])
+    # b and d are 2 and 4 replicas of a; e is 3 of a (its price allows three); c carries more
+    # than two a; f is another GPU type, g another pool, z aggregated; y costs less than 2 x.
+    assert prune_replica_multiples(cands, cap).to_dict() == {"b": "a", "d": "a", "e": "a"}
+
+
+def _random_sized(seed):
+    """One prefill/decode pool with replicas of 1, 2 and 4 GPUs priced per GPU, capacities
+    near proportional to the GPUs, plus random limits."""
+    rng = np.random.default_rng(3000 + seed)
+    m = int(rng.integers(1, 3))
+    rows = []
+    per_gpu = {"g1": 1.0, "g2": 1.5}
+    for role in ("prefill", "decode"):
+        base = {gpu: rng.integers(2, 5, size=m) for gpu in per_gpu}   # capacity per GPU
+        for n in range(int(rng.integers(3, 6))):
+            gpu, g = str(rng.choice(["g1", "g2"], p=[0.7, 0.3])), int(rng.choice([1, 2, 4]))
+            cap = np.floor(g * base[gpu] * rng.uniform(0.75, 1.1, size=m))
+            rows.append((f"{role}-{n}", role, "bf16/bf16", gpu, g, g * per_gpu[gpu] + 0.5 * (rng.random() < 0.25),
+                         cap))
+    cands, cap = _pooled(rows)
+    rate = pd.Series(rng.integers(2, 10, size=m).astype(float), index=cap.columns)
+    opts = {"slices_per_workload": int(rng.integers(1, 4))} if rng.random() < 0.5 else {}
+    if rng.random() < 0.4:
+        opts["inventory_gpus"] = {"g1": int(rng.integers(2, 10))}
+    if rng.random() < 0.3:
+        opts["max_distinct_configs"] = int(rng.integers(2, 4))
+    if rng.random() < 0.3:
+        opts["redundancy_workloads"] = ("w0",)
+    if rng.random() < 0.2:
+        opts["budget_usd_per_hour"] = float(rng.integers(8, 30))
+    return PlanningInstance(cands, cap, rate, **opts)
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_replica_multiple_pruning_keeps_the_optimum(seed):
+    inst = _random_sized(seed)
+    built, full_built = build_model(inst), build_model(inst, prune=False)
+    pruned, full = run_solver(built, FAST), run_solver(full_built, FAST)
+    assert pruned.status == full.status
+    if full.status == SolveStatus.OPTIMAL:
+        assert pruned.objective_usd_per_hour == pytest.approx(full.objective_usd_per_hour, abs=1e-9)
+
+
+def test_random_sized_cases_actually_prune_multiples():
+    from planner.optimize.prune import prune_replica_multiples
+
+    def multiples(seed):   # the rule fires on what the plain dominance leaves
+        inst = _random_sized(seed)
+        cap = role_blocks(candidate_blocks(inst.candidates), inst.capacity_per_s)
+        left = inst.candidates.drop(prune_dominated(inst.candidates, cap).index)
+        return len(prune_replica_multiples(left, inst.capacity_per_s.loc[left.index])) > 0
+    assert sum(map(multiples, range(16))) >= 6
