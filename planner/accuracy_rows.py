@@ -185,6 +185,10 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
     family = source_family(df["source"])
     df["poll_steps"] = scheduler_poll_steps(df, family, df["gpu_id"], df["attention_dp"])
     df["balance_ranks"], df["balance_timeout_steps"] = attention_dp_balance(df, family, df["attention_dp"])
+    polled, balanced = df["poll_steps"].gt(1.0), df["balance_ranks"].gt(1.0)
+    assumptions[polled] += ("recipe: SGLang --scheduler-recv-interval "
+                            + df.loc[polled, "poll_steps"].map("{:g}".format) + "; ")
+    assumptions[balanced] += "recipe: TensorRT-LLM attention-DP balance, timeout_iters 60; "
     df["burst_requests"] = _burst_requests(notes)
     df["prompt_tokens"] = df["isl"].astype(float)
     out = df["osl"].astype(float)
