@@ -186,8 +186,8 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
     df["poll_steps"] = scheduler_poll_steps(df, family, df["gpu_id"], df["attention_dp"])
     df["balance_ranks"], df["balance_timeout_steps"] = attention_dp_balance(df, family, df["attention_dp"])
     polled, balanced = df["poll_steps"].gt(1.0), df["balance_ranks"].gt(1.0)
-    assumptions[polled] += ("recipe: SGLang --scheduler-recv-interval "
-                            + df.loc[polled, "poll_steps"].map("{:g}".format) + "; ")
+    poll_text = "recipe: SGLang --scheduler-recv-interval " + df["poll_steps"].map("{:g}".format) + "; "
+    assumptions[polled] += poll_text[polled]
     assumptions[balanced] += "recipe: TensorRT-LLM attention-DP balance, timeout_iters 60; "
     df["burst_requests"] = _burst_requests(notes)
     df["prompt_tokens"] = df["isl"].astype(float)
