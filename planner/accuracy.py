@@ -121,11 +121,12 @@ def predict_rows(catalog: Catalog, rows: pd.DataFrame, params: ServingParams,
 #: Columns the load models and metric values read.
 PREDICT_COLUMNS = ("model", "gpu", "quantization", "kv_cache_dtype", "tp", "pp", "attention_dp", "replicas",
                    "prompt_tokens", "output_tokens", "osl", "load_kind", "load_value", "engine", "burst_requests",
-                   "statistic", "quantity", "gpus_total", "poll_steps")
+                   "statistic", "quantity", "gpus_total", "poll_steps", "balance_ranks",
+                   "balance_timeout_steps")
 #: Columns that decide a row's load-model result (with its parameters and statistic).
 POINT_COLUMNS = ("model", "gpu", "quantization", "kv_cache_dtype", "tp", "pp", "attention_dp", "replicas",
                  "prompt_tokens", "output_tokens", "osl", "load_kind", "load_value", "engine",
-                 "burst_requests", "statistic", "poll_steps")
+                 "burst_requests", "statistic", "poll_steps", "balance_ranks", "balance_timeout_steps")
 _COLUMN_CACHE: dict = {}
 
 
@@ -184,8 +185,9 @@ def _predict_kind(rows: dict, base: ConfigArrays, p: ServingParams, h: Harness, 
     slot_ctx = np.where(engines == "trtllm", prompt + output, prompt + output / 2.0)
     slots = memory.max_concurrency(base.replace(context_tokens=slot_ctx), p)
     if kind == "concurrency":
-        poll = rows["poll_steps"].astype(float) if "poll_steps" in rows else 1.0
-        r = closed_loop(base, p, load / replicas, slots, prompt, output, h.first_wave_weight, q, poll)
+        recipe = {k: rows[k].astype(float) for k in ("poll_steps", "balance_ranks", "balance_timeout_steps")
+                  if k in rows}
+        r = closed_loop(base, p, load / replicas, slots, prompt, output, h.first_wave_weight, q, **recipe)
     elif kind == "max_throughput":
         slots = np.minimum(slots, MAX_THROUGHPUT_BATCH)
         requests = rows["burst_requests"].astype(float) / replicas

@@ -110,7 +110,8 @@ def prepare_disagg_rows(df: pd.DataFrame, catalog) -> tuple[pd.DataFrame, pd.Dat
     # of a disaggregated row describe the two pools, so they are left to the layout).
     rows, skipped = prepare_rows(sub.assign(mode="agg", num_gpus=np.nan, ep=np.nan), catalog)
     rows = rows.merge(layout.assign(id=sub["id"]), on="id", how="left")
-    rows["poll_steps"] = 1.0   # the recipes' poll interval is an aggregated-engine flag
+    # The recipes' poll interval and attention-DP balance are aggregated-engine settings.
+    rows["poll_steps"], rows["balance_ranks"], rows["balance_timeout_steps"] = 1.0, 1.0, 0.0
     bad = rows["layout_problem"].ne("")
     contradicted = pd.DataFrame({"id": rows.loc[bad, "id"], "metric": rows.loc[bad, "metric"],
                                  "reason": rows.loc[bad, "layout_problem"]})

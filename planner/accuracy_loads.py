@@ -130,7 +130,8 @@ def exponential_wait(mean_wait, p_wait, q) -> np.ndarray:
 
 
 def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
-                first_wave_weight=FIRST_WAVE_WEIGHT, quantile=np.nan, poll_steps=1.0) -> dict:
+                first_wave_weight=FIRST_WAVE_WEIGHT, quantile=np.nan, poll_steps=1.0,
+                balance_ranks=1.0, balance_timeout_steps=0.0) -> dict:
     """TPOT, TTFT (mean, or the ``quantile`` where given) and rate of a closed loop of ``users``.
 
     Notes
@@ -145,7 +146,12 @@ def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
       TTFT_s = S + (A - 1)/A (W + K tau/2) (half a step in progress, K = 1: the engine
       looks for new requests between every two steps; an engine that polls every K decode
       steps, ``poll_steps``, leaves an arrival waiting for the rest of a K-step poll cycle,
-      uniform on [0, K tau], docs/serving-model.md section 14.6);
+      uniform on [0, K tau], docs/serving-model.md section 14.6); an engine that balances
+      new prefills over D attention-DP ranks (``balance_ranks``; TensorRT-LLM
+      ``attention_dp_config.enable_balance``) holds them until every rank has one or
+      T = ``balance_timeout_steps`` steps passed: a window W_b = min((D - 1)/lambda, T tau)
+      from the first waiting arrival (where A >= D), uniform over the window's arrivals, so
+      TTFT_s = S + (A - 1)/A (W + (K tau + W_b)/2);
     * synchronized wave: all A prompts prefill together in T_pf (:func:`wave_prefill_s`),
       then all decode: TTFT_w = (A + 1)/(2A) T_pf, TPOT_w = s_d(A) + (A - 1)/(2A) T_pf/(o - 1),
       C_w = T_pf + (o - 1) s_d(A).
@@ -167,16 +173,27 @@ def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
     n = active.copy()
     others = (active - 1.0) / active  # an arriving request meets the other A - 1 only
     polled = others * (poll - 1.0) / 2.0   # mean poll wait beyond the step in progress, in steps
+    ranks = np.asarray(balance_ranks, dtype=float)
+    balanced = (ranks > 1.0) & (active >= ranks)
+    window = np.zeros(np.broadcast_shapes(np.shape(active), np.shape(ranks)))
+
+    def balance_window(cycle, tau):   # W_b: until every rank has a prefill, or the timeout
+        lam = active / cycle
+        return np.where(balanced, np.minimum((ranks - 1.0) / lam, balance_timeout_steps * tau), 0.0)
+
     for _ in range(CLOSED_LOOP_ITERATIONS):
         mix = step_mix(c, p, n, prompt, output)
-        wait = mix["rho"] * mix["prefill_service_s"] / (2.0 * (1.0 - mix["rho"])) + polled * mix["tau_s"]
-        n = 0.5 * n + 0.5 * active * out_m1 * mix["tau_s"] / (wait + mix["prefill_service_s"]
-                                                               + out_m1 * mix["tau_s"])
+        wait = (mix["rho"] * mix["prefill_service_s"] / (2.0 * (1.0 - mix["rho"])) + polled * mix["tau_s"]
+                + others * window / 2.0)
+        cycle = wait + mix["prefill_service_s"] + out_m1 * mix["tau_s"]
+        n = 0.5 * n + 0.5 * active * out_m1 * mix["tau_s"] / cycle
+        window = 0.5 * window + 0.5 * balance_window(cycle, mix["tau_s"])
     mix = step_mix(c, p, n, prompt, output)
     tau, service, rho = mix["tau_s"], mix["prefill_service_s"], mix["rho"]
     wait = rho * service / (2.0 * (1.0 - rho))
-    cycle_s = wait + polled * tau + service + out_m1 * tau
-    ttft_s = others * (exponential_wait(wait, rho, q) + np.where(quant, q, 0.5) * poll * tau) + service
+    cycle_s = wait + polled * tau + others * window / 2.0 + service + out_m1 * tau
+    residual = poll * tau + window   # the width of the admission window an arrival lands in
+    ttft_s = others * (exponential_wait(wait, rho, q) + np.where(quant, q, 0.5) * residual) + service
     t_pf = wave_prefill_s(c, p, active, prompt)
     s_full = step_model(c, p).time(active, 0.0)
     ttft_w = np.where(quant, q, (active + 1.0) / (2.0 * active)) * t_pf
@@ -186,7 +203,7 @@ def closed_loop(c: ConfigArrays, p: ServingParams, users, slots, prompt, output,
     slot_wait = np.maximum(users - active, 0.0) / rate * np.where(quant, 2.0 * q, 1.0)
     ttft = (1.0 - w) * ttft_s + w * ttft_w
     if quant.any():  # a quantile of the two populations is not the blend of their quantiles
-        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, service, others, wait, rho, poll * tau, t_pf)
+        mixed = mixture_ttft_quantile(np.where(quant, q, 0.5), w, service, others, wait, rho, residual, t_pf)
         ttft = np.where(quant, mixed, ttft)
     ttft = ttft + slot_wait
     return {"tpot_s": (1.0 - w) * tau + w * tpot_w, "ttft_s": ttft, "rate_per_s": rate, "occupancy": n}

@@ -15,8 +15,18 @@ a term for, :func:`scheduler_poll_steps` reads it from the recipe rather than fr
   docs/serving-model.md section 14.6). The skipper refuses attention DP (an ``assert`` in
   the SGLang releases of these runs), so rows with attention DP keep K = 1.
 
-Every other row: K = 1 (the engines' default: SGLang ``scheduler_recv_interval`` 1,
-vLLM and TensorRT-LLM schedule every step).
+* InferenceX's TensorRT-LLM recipes (``benchmarks/dsr1_fp4_b200_trt.sh`` and the other
+  ``*_trt*.sh`` scripts) run attention DP with ``attention_dp_config: {enable_balance:
+  true, batching_wait_iters: 0, timeout_iters: 60}``. TensorRT-LLM's executor then
+  schedules new context requests only when every attention-DP rank has one, or after
+  ``timeout_iters`` iterations of waiting while every rank decodes
+  (``tensorrt_llm/_torch/pyexecutor``, the attention-DP balance of context requests):
+  :func:`attention_dp_balance` gives (D, T) per row for
+  :func:`planner.accuracy_loads.closed_loop`.
+
+Every other row: K = 1 and no balance (the engines' defaults: SGLang
+``scheduler_recv_interval`` 1, TensorRT-LLM ``enable_balance`` false, vLLM schedules every
+step).
 """
 
 from __future__ import annotations
@@ -33,6 +43,23 @@ INFERENCEX_SGLANG_RECV_INTERVAL_FROM_USERS = 16.0
 INFERENCEX_SGLANG_RECV_INTERVAL_GPUS = ("b200", "b300")
 #: The source family label of InferenceX rows (``[InferenceX dashboard] ...``).
 INFERENCEX_FAMILY = "InferenceX dashboard"
+#: InferenceX's TensorRT-LLM attention-DP recipes: ``attention_dp_config.timeout_iters``.
+INFERENCEX_TRTLLM_BALANCE_TIMEOUT_STEPS = 60.0
+
+
+def _inferencex_agg(rows: pd.DataFrame, family: pd.Series, engine: str) -> np.ndarray:
+    """Aggregated ``concurrency`` rows of InferenceX runs of ``engine``."""
+    return (family.eq(INFERENCEX_FAMILY).to_numpy() & rows["engine"].eq(engine).to_numpy()
+            & rows["mode"].eq("agg").to_numpy() & rows["load_kind"].eq("concurrency").to_numpy())
+
+
+def attention_dp_balance(rows: pd.DataFrame, family: pd.Series, attention_dp: pd.Series) -> tuple:
+    """(D, T) per row: the attention-DP ranks a new prefill waits to be balanced over and the
+    timeout in steps; (1, 0) where the recipe does not balance. Only aggregated InferenceX
+    TensorRT-LLM ``concurrency`` rows with attention DP (D = ``attention_dp`` > 1) balance."""
+    dp = attention_dp.to_numpy(dtype=float)
+    on = _inferencex_agg(rows, family, "trtllm") & (dp > 1.0)
+    return np.where(on, dp, 1.0), np.where(on, INFERENCEX_TRTLLM_BALANCE_TIMEOUT_STEPS, 0.0)
 
 
 def scheduler_poll_steps(rows: pd.DataFrame, family: pd.Series, gpu: pd.Series,
@@ -45,9 +72,7 @@ def scheduler_poll_steps(rows: pd.DataFrame, family: pd.Series, gpu: pd.Series,
     without attention DP get K > 1.
     """
     users = pd.to_numeric(rows["load_value"], errors="coerce").to_numpy(dtype=float)
-    recipe = (family.eq(INFERENCEX_FAMILY).to_numpy() & rows["engine"].eq("sglang").to_numpy()
-              & rows["mode"].eq("agg").to_numpy() & rows["load_kind"].eq("concurrency").to_numpy()
-              & gpu.isin(INFERENCEX_SGLANG_RECV_INTERVAL_GPUS).to_numpy()
+    recipe = (_inferencex_agg(rows, family, "sglang") & gpu.isin(INFERENCEX_SGLANG_RECV_INTERVAL_GPUS).to_numpy()
               & (attention_dp.to_numpy(dtype=float) <= 1.0))
     below, above = INFERENCEX_SGLANG_RECV_INTERVAL
     interval = np.where(users >= INFERENCEX_SGLANG_RECV_INTERVAL_FROM_USERS, above, below)

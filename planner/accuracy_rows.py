@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from planner.accuracy_recipes import scheduler_poll_steps
+from planner.accuracy_recipes import attention_dp_balance, scheduler_poll_steps
 from planner.catalog import Catalog
 from planner.dimensions import gpus_per_replica
 from planner.schema import PlanningInputError
@@ -182,7 +182,13 @@ def prepare_rows(df: pd.DataFrame, catalog: Catalog) -> tuple[pd.DataFrame, pd.D
     df["replicas"] = np.maximum(np.floor(replicas.fillna(1.0) + 1e-9), 1.0)
     df["gpus_total"] = df["num_gpus"].where(df["num_gpus"].notna(), per_replica)
     df["attention_dp"] = _attention_dp(df)
-    df["poll_steps"] = scheduler_poll_steps(df, source_family(df["source"]), df["gpu_id"], df["attention_dp"])
+    family = source_family(df["source"])
+    df["poll_steps"] = scheduler_poll_steps(df, family, df["gpu_id"], df["attention_dp"])
+    df["balance_ranks"], df["balance_timeout_steps"] = attention_dp_balance(df, family, df["attention_dp"])
+    polled, balanced = df["poll_steps"].gt(1.0), df["balance_ranks"].gt(1.0)
+    poll_text = "recipe: SGLang --scheduler-recv-interval " + df["poll_steps"].map("{:g}".format) + "; "
+    assumptions[polled] += poll_text[polled]
+    assumptions[balanced] += "recipe: TensorRT-LLM attention-DP balance, timeout_iters 60; "
     df["burst_requests"] = _burst_requests(notes)
     df["prompt_tokens"] = df["isl"].astype(float)
     out = df["osl"].astype(float)

@@ -6,7 +6,7 @@ import pytest
 
 from planner import accuracy as A
 from planner import accuracy_loads as L
-from planner.accuracy_recipes import scheduler_poll_steps
+from planner.accuracy_recipes import attention_dp_balance, scheduler_poll_steps
 from planner.serving.params import ServingParams
 
 IX = "[InferenceX dashboard] SemiAnalysisAI/InferenceX-app@x benchmarks.json"
@@ -61,3 +61,34 @@ def test_poll_interval_adds_the_rest_of_a_poll_cycle(catalog):
                         quantile=np.array([0.99]), poll_steps=k)
     tail = L.exponential_wait(wait, rho, np.array([0.99]))[0]
     assert q99["ttft_s"][0] == pytest.approx(service + others * (tail + 0.99 * k * tau), rel=1e-6)
+
+
+def test_inferencex_trtllm_attention_dp_balances_prefills():
+    """(D, T) = (attention-DP ranks, 60 steps) on InferenceX TensorRT-LLM aggregated rows with
+    attention DP; (1, 0) elsewhere."""
+    rows = pd.DataFrame({"source": [IX, IX, IX, "[AIC silicon_sample] x"],
+                         "engine": ["trtllm", "trtllm", "sglang", "trtllm"], "mode": ["agg"] * 4,
+                         "load_kind": ["concurrency"] * 4, "load_value": [64] * 4})
+    family = pd.Series(["InferenceX dashboard"] * 3 + ["AIC silicon_sample"])
+    ranks, timeout = attention_dp_balance(rows, family, pd.Series([8.0, 1.0, 8.0, 8.0]))
+    assert ranks.tolist() == [8.0, 1.0, 1.0, 1.0] and timeout.tolist() == [60.0, 0.0, 0.0, 0.0]
+
+
+def test_balance_window_by_hand(catalog):
+    """W_b = min((D - 1)/lambda, T tau) where A >= D; TTFT_s = S + (A-1)/A (W + (tau + W_b)/2)."""
+    c, p = _closed_loop_arrays(catalog)
+    users, prompt, output = np.array([32.0, 4.0]), np.array([1024.0, 1024.0]), np.array([256.0, 256.0])
+    for timeout in (2.0, 1e6):       # the timeout binds, then the D arrivals do
+        r = L.closed_loop(c, p, users, np.array([1e6, 1e6]), prompt, output, first_wave_weight=0.0,
+                          balance_ranks=8.0, balance_timeout_steps=timeout)
+        mix = L.step_mix(c, p, r["occupancy"], prompt, output)
+        tau, service, rho = mix["tau_s"], mix["prefill_service_s"], mix["rho"]
+        wait = rho * service / (2.0 * (1.0 - rho))
+        others = (users - 1.0) / users
+        window = np.minimum(7.0 / r["rate_per_s"], timeout * tau)
+        window[1] = 0.0                                   # 4 users < 8 ranks: no rank waits
+        assert r["ttft_s"] == pytest.approx(service + others * (wait + (tau + window) / 2.0), rel=1e-6)
+        assert r["rate_per_s"] == pytest.approx(users / (wait + others * window / 2.0 + service + 255.0 * tau),
+                                                rel=1e-6)
+    plain = L.closed_loop(c, p, users, np.array([1e6, 1e6]), prompt, output, first_wave_weight=0.0)
+    assert r["ttft_s"][0] > plain["ttft_s"][0] and r["ttft_s"][1] == plain["ttft_s"][1]
