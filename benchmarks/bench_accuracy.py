@@ -29,7 +29,7 @@ from planner.accuracy import add_families, load_measurement_files, prepare_rows,
 from planner.accuracy_frontier import SETS, TARGETS_PCT, FrontierScore, frontier_score
 from planner.calibration import MAX_COMPUTE_EFFICIENCY, MAX_MEMORY_EFFICIENCY, load_calibration
 from planner.calibration_fit import FitOptions
-from planner.calibration_cv import SCHEMES, central, run_folds, summarize
+from planner.calibration_cv import LEAVE_ONE_OUT, SCHEMES, central, group_count, run_folds, summarize
 from planner.catalog import load_catalog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -180,6 +180,35 @@ def hardware_table(calibration, catalog) -> str:
     return md_table(["GPU", "vendor", "memory", "eta_m", "eta_c", "status", "rows"], rows)
 
 
+def borrow_table(catalog, calibration, rows) -> str:
+    """Per measured GPU: the median APE % (TPOT, throughput; mean/median rows) of its rows with
+    its own hardware values, and with those it borrows when it is held out (the rule,
+    ``calibration_fit.gpu_priors``: same architecture first) or would borrow by memory
+    technology alone: which prior transfers (shipped calibration, nothing refitted)."""
+    from dataclasses import replace
+
+    from planner.accuracy import predict_calibrated
+    from planner.calibration_cv import family_medians
+    from planner.calibration_fit import gpu_priors
+
+    out = []
+    for gid in sorted(calibration.gpus):
+        part = rows[rows["gpu"] == gid].reset_index(drop=True)
+        others = [g for g in calibration.gpus if g != gid]
+        cells = []
+        for source in (gid, gpu_priors(catalog, others)[gid]["borrowed_from"],
+                       gpu_priors(catalog, others, keys=("memory_technology",))[gid]["borrowed_from"]):
+            gpus = {**calibration.gpus, gid: calibration.gpus[source]}
+            pred = predict_calibrated(catalog, part, replace(calibration, gpus=gpus))
+            med = family_medians(part, np.abs(pred - part["value"]) / part["value"] * 100)
+            cells.append(f"{source}: {_cell(med.get('tpot_itl', np.nan)) or '–'} / "
+                         f"{_cell(med.get('throughput', np.nan)) or '–'}")
+        g = catalog.gpu(gid)
+        out.append([gid, g.architecture, g.memory_technology, len(central(part))] + cells)
+    return md_table(["GPU", "architecture", "memory", "rows", "own values: TPOT / throughput median APE %",
+                     "held out, the rule borrows (same architecture first)", "by memory technology alone"], out)
+
+
 def decode_ratio_table(catalog, calibration_spec: str, calibration) -> str:
     """Batch-1 decode speed-ups H100 -> H200 -> B200 (Llama-3.1-8B, 1,024 tokens of context)
     with no engine, each engine and each release (done-when 2 is >= 1.2 for the engines)."""
@@ -229,9 +258,22 @@ def intervals_table(calibration) -> str:
                         "error_quantile(q=0.95)"], rows))
 
 
+def _in_out(fold: dict, fam: str) -> str:
+    """``in → out``: the held-out rows' median APE % as training rows of the other folds'
+    fits and out of fold (``out`` alone where the first is not stored)."""
+    inside = fold.get("held_out_in_fold_median_ape_pct", {}).get(fam)
+    out = fold["out_of_fold_median_ape_pct"].get(fam)
+    return "" if out is None else f"{out:.1f}" if inside is None else f"{inside:.1f} → {out:.1f}"
+
+
 def cv_tables(results: dict) -> tuple[str, bool]:
+    """The pooled table per scheme and family, and one line per fold (per held-out group in
+    the leave-one-out schemes)."""
     rows, per_fold, ok_all = [], [], True
     for scheme, cv in results.items():
+        folds = f"{cv.get('folds', '')}" + (" (one group each)" if scheme in LEAVE_ONE_OUT else "")
+        if "folds_run" in cv:
+            folds = f"**{cv['folds_run']} of {cv['folds']} run** (one group each)"
         for fam in FAMS:
             s = cv["by_family"].get(fam)
             if not s:
@@ -239,41 +281,59 @@ def cv_tables(results: dict) -> tuple[str, bool]:
             limit = GAP_TARGET.get(fam)
             ok = None if limit is None else s["gap_pct"] <= limit
             ok_all &= ok is not False
-            rows.append([scheme, cv.get("folds", ""), fam, s["n"], _cell(s["in_fold_median_ape_pct"]),
+            rows.append([scheme, folds, fam, s["n"], _cell(s["in_fold_median_ape_pct"]),
                          _cell(s["out_of_fold_median_ape_pct"]), f"{s['gap_pct']:+.1f}",
                          {True: "yes", False: "**no**", None: ""}[ok]])
         for f in cv.get("per_fold", []):
             held = ", ".join(f["held_out"])
             per_fold.append([scheme, f["fold"], held if len(held) < 160 else held[:157] + "...",
-                             ", ".join(f"{k} {v:.1f}" for k, v in f["out_of_fold_median_ape_pct"].items()
-                                       if k in FAMS)])
+                             f.get("rows", "")] + [_in_out(f, fam) for fam in FAMS])
     return (md_table(["scheme", "folds", "family", "rows", "in-fold median APE %", "out-of-fold median APE %",
-                      "gap (points)", "gap <= 8?"], rows) + "\n\nPer fold:\n\n"
-            + md_table(["scheme", "fold", "held out", "out-of-fold median APE %"], per_fold)), ok_all
+                      "gap (points)", "gap <= 8?"], rows)
+            + "\n\nPer fold (per held-out group in the leave-one-out schemes): median APE % of the held-out "
+              "rows (mean/median statistics), in → out of fold (in: the same rows as training rows of "
+              "the other folds' fits, pooled; the (model, GPU) folds store the out-of-fold value only):\n\n"
+            + md_table(["scheme", "fold", "held out", "rows"] + [f"{fam} in → out" for fam in FAMS], per_fold)), ok_all
 
 
-#: Folds per scheme (None: ``--folds``; 99 would give one group per fold).
-SCHEME_FOLDS = {"model_gpu": None, "campaign": None, "gpu": None}
+def _load_json(path) -> dict:
+    return json.loads(Path(path).read_text()) if path and Path(path).is_file() else {}
 
 
-def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(SCHEMES), only=None) -> dict:
-    """Cross-validation results per scheme: from the ``caches`` (JSON files of this script:
-    whole results, or fold parts that together cover a scheme), the (model, GPU) scheme from
-    the calibration's own ``--cv`` run, the others run here (and stored in ``caches[0]``)."""
-    results, parts = {}, {}
+def run_scheme(catalog, rows, scheme: str, folds: int, only=None, parts_dir: Path | None = None) -> list:
+    """The fold parts of ``scheme`` (:func:`planner.calibration_cv.run_folds`): the schemes of
+    ``LEAVE_ONE_OUT`` one group per fold on the full fit's schedule, fold by fold, each part
+    stored in / reused from ``parts_dir`` (``<scheme>-<fold>.json``: a long run resumes);
+    the others in ``folds`` folds at once. ``only``: run these folds alone."""
+    if scheme not in LEAVE_ONE_OUT:
+        return [run_folds(catalog, rows, folds, FitOptions(), scheme=scheme, only=only)]
+    parts = []
+    for k in range(group_count(rows, scheme)):
+        path = parts_dir / f"{scheme}-{k}.json" if parts_dir else None
+        part = _load_json(path)
+        if not part and (only is None or k in only):
+            t = time.perf_counter()
+            part = run_folds(catalog, rows, group_count(rows, scheme), FitOptions(), scheme=scheme, only=[k],
+                             full_schedule=True)
+            print(f"{scheme} fold {k} ({', '.join(part['parts'][str(k)]['held_out'])}): "
+                  f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+            if path:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(part))
+        if part:
+            parts.append(part)
+    return parts
+
+
+def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(SCHEMES), only=None,
+           parts_dir: Path | None = None) -> dict:
+    """Cross-validation results per scheme: from the ``caches`` (JSON files of this script),
+    the (model, GPU) scheme from the calibration's own ``--cv`` run, the others run here
+    (:func:`run_scheme`; their summaries stored in ``caches[0]``)."""
+    results = {}
     for cache in caches:
-        if cache and Path(cache).is_file():
-            for key, value in json.loads(Path(cache).read_text()).items():
-                if ":part" in key:
-                    parts.setdefault(key.split(":")[0], []).append(value)
-                else:
-                    results[key] = value
-    for scheme, scheme_parts in parts.items():
-        if scheme not in results:
-            try:
-                results[scheme] = {k: v for k, v in summarize(rows, scheme_parts).items() if k != "predictions"}
-            except ValueError:  # not every fold run yet
-                pass
+        # partial leave-one-out results (``folds_run``) are run on (from --cv-parts)
+        results.update({k: v for k, v in _load_json(cache).items() if ":part" not in k and "folds_run" not in v})
     stored = (calibration.provenance.get("fitted", {}).get("cross_validation") or {}) if calibration else {}
     if "by_family" in stored:  # `planner calibrate --cv K`: the (model, GPU) scheme
         stored = {"model_gpu": stored}
@@ -284,17 +344,18 @@ def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(S
             results[scheme] = {**stored[scheme], "scheme": scheme, "per_fold": stored[scheme].get("per_fold", [])}
             continue
         t = time.perf_counter()
-        part = run_folds(catalog, rows, SCHEME_FOLDS[scheme] or folds, FitOptions(), scheme=scheme, only=only)
+        parts = run_scheme(catalog, rows, scheme, folds, only, parts_dir)
         print(f"cross-validation {scheme}: {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        if not parts:
+            continue
+        # the leave-one-out schemes: the folds run so far where not all are (``folds_run``)
+        summary = {k: v for k, v in summarize(rows, parts, partial=scheme in LEAVE_ONE_OUT).items()
+                   if k != "predictions"}
+        results[scheme] = summary
         if caches and caches[0]:
-            stored_doc = json.loads(Path(caches[0]).read_text()) if Path(caches[0]).is_file() else {}
-            if only is None:
-                stored_doc[scheme] = {k: v for k, v in summarize(rows, [part]).items() if k != "predictions"}
-            else:
-                stored_doc[f"{scheme}:part:{','.join(map(str, only))}"] = part
-            Path(caches[0]).write_text(json.dumps(stored_doc, indent=1, sort_keys=True))
-        if only is None:
-            results[scheme] = {k: v for k, v in summarize(rows, [part]).items() if k != "predictions"}
+            doc = _load_json(caches[0])
+            doc[scheme] = summary
+            Path(caches[0]).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return {s: results[s] for s in SCHEMES if s in results}
 
 
@@ -316,7 +377,9 @@ def main() -> None:
                     help="store (the first) / reuse (all) cross-validation results here")
     ap.add_argument("--schemes", nargs="+", choices=list(SCHEMES), default=list(SCHEMES),
                     help="cross-validation schemes of the document (default: all)")
-    ap.add_argument("--only-folds", help="with --cv-only: run these folds (e.g. 0,2,4) and store the part")
+    ap.add_argument("--only-folds", help="with --cv-only: run these folds (e.g. 0,2,4) and store the parts")
+    ap.add_argument("--cv-parts", type=Path,
+                    help="store / reuse each leave-one-out fold here (<scheme>-<fold>.json): a long run resumes")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "accuracy.md")
     ap.add_argument("--cv-only", nargs="+", choices=list(SCHEMES), metavar="SCHEME",
                     help="only run these cross-validation schemes into --cv-json (no document)")
@@ -328,7 +391,7 @@ def main() -> None:
     if args.cv_only:
         rows, _ = prepare_rows(measurements, catalog)
         only = [int(k) for k in args.only_folds.split(",")] if args.only_folds else None
-        run_cv(catalog, add_families(rows), None, args.folds, args.cv_json, args.cv_only, only)
+        run_cv(catalog, add_families(rows), None, args.folds, args.cv_json, args.cv_only, only, args.cv_parts)
         return
     source = pd.Series(np.repeat([Path(f).name for f in args.files],
                                  [len(load_measurement_files([f])) for f in args.files]), dtype=object)
@@ -358,6 +421,7 @@ def main() -> None:
         "hardware": hardware_table(calibration, catalog), "intervals": intervals_table(calibration),
         "decode_ratios": decode_ratio_table(catalog, args.calibration, calibration),
         "at_bounds": at_bounds_table(calibration),
+        "borrowing": borrow_table(catalog, calibration, add_families(prepare_rows(measurements, catalog)[0])),
         "bound_memory": MAX_MEMORY_EFFICIENCY, "bound_compute": MAX_COMPUTE_EFFICIENCY,
         "calibration_source": calibration.provenance.get("fitted", {}).get("command", ""),
     }
@@ -365,7 +429,8 @@ def main() -> None:
         parts["cross_validation"], parts["cv_ok"] = "(not run: `--no-cv`)", "were not run"
     else:
         rows, _ = prepare_rows(measurements, catalog)
-        results = run_cv(catalog, add_families(rows), calibration, args.folds, args.cv_json, args.schemes)
+        results = run_cv(catalog, add_families(rows), calibration, args.folds, args.cv_json, args.schemes,
+                         parts_dir=args.cv_parts)
         table, ok = cv_tables(results)
         parts["cross_validation"], parts["cv_ok"] = table, "hold" if ok else "do **not** all hold"
     text = fill(TEMPLATE.read_text(), parts)

@@ -100,8 +100,20 @@ def predict_rows(catalog: Catalog, rows: pd.DataFrame, params: ServingParams,
     """
     harness = harness or Harness()
     arrays = row_arrays(catalog, rows) if arrays is None else arrays
+    return predict_columns(_row_columns(rows), arrays, params, harness)
+
+
+def row_columns(rows: pd.DataFrame, index=None) -> dict:
+    """The columns :func:`predict_columns` reads of prepared ``rows`` (of its rows ``index``)."""
     cols = _row_columns(rows)
-    pred = np.full(len(rows), np.nan)
+    return cols if index is None else _take_columns(cols, index)
+
+
+def predict_columns(cols: dict, arrays: ConfigArrays, params: ServingParams, harness: Harness) -> np.ndarray:
+    """:func:`predict_rows` of the rows whose :func:`row_columns` are ``cols`` (aligned with
+    ``arrays``, ``params`` and ``harness``): the calibration fit predicts subsets of the same
+    rows thousands of times (:mod:`planner.calibration_fit`)."""
+    pred = np.full(len(cols["point_code"]), np.nan)
     first, inverse = _distinct_points(cols, params, harness)
     for kind in ("concurrency", "request_rate", "static_batch", "max_throughput", "single"):
         idx = np.flatnonzero(cols["load_kind"] == kind)
@@ -124,7 +136,7 @@ PREDICT_COLUMNS = ("model", "gpu", "quantization", "kv_cache_dtype", "tp", "pp",
                    "statistic", "quantity", "gpus_total", "poll_steps", "balance_ranks",
                    "balance_timeout_steps")
 #: Columns that decide a row's load-model result (with its parameters and statistic).
-POINT_COLUMNS = ("model", "gpu", "quantization", "kv_cache_dtype", "tp", "pp", "attention_dp", "replicas",
+POINT_COLUMNS = ("model", "gpu", "quantization", "kv_cache_dtype", "tp", "pp", "ep", "attention_dp", "replicas",
                  "prompt_tokens", "output_tokens", "osl", "load_kind", "load_value", "engine",
                  "burst_requests", "statistic", "poll_steps", "balance_ranks", "balance_timeout_steps")
 _COLUMN_CACHE: dict = {}

@@ -36,6 +36,14 @@ log = logging.getLogger(__name__)
 CV_ITERATIONS, CV_ROUNDS = 8, 2
 #: Fold scheme -> the row columns whose distinct values are held out together.
 SCHEMES = {"model_gpu": ("model", "gpu"), "campaign": ("campaign",), "gpu": ("gpu",)}
+#: Schemes reported leave-one-group-out: every campaign / GPU held out once, alone, each
+#: fold's fit on the full fit's schedule (``run_folds(..., full_schedule=True)``).
+LEAVE_ONE_OUT = ("campaign", "gpu")
+
+
+def group_count(rows: pd.DataFrame, scheme: str) -> int:
+    """Distinct groups of ``scheme`` in ``rows`` (the folds of leaving one out)."""
+    return int(rows[list(SCHEMES[scheme])].astype(str).agg("|".join, axis=1).nunique())
 
 
 def group_folds(rows: pd.DataFrame, folds: int = 5, by=("model", "gpu")) -> np.ndarray:
@@ -76,21 +84,25 @@ def cross_validate(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOpti
 
 def run_folds(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOptions | None = None,
               base: ServingParams | None = None, scheme: str = "model_gpu", only=None,
-              keep_fits: bool = False) -> dict:
+              keep_fits: bool = False, full_schedule: bool = False) -> dict:
     """Fit and predict the folds ``only`` (default: all) of a scheme; :func:`summarize` pools
-    the parts of one or several runs (JSON-able without ``keep_fits``)."""
+    the parts of one or several runs (JSON-able without ``keep_fits``). Each fold's fit runs
+    at most :data:`CV_ITERATIONS` sweeps and :data:`CV_ROUNDS` rounds, or with
+    ``full_schedule`` those of ``options`` (the full fit's: the leave-one-group-out runs)."""
     from dataclasses import replace
 
     from planner.accuracy import add_families
 
     options = options or FitOptions()
-    options = replace(options, iterations=min(options.iterations, CV_ITERATIONS),
-                      rounds=min(options.rounds, CV_ROUNDS))
+    if not full_schedule:
+        options = replace(options, iterations=min(options.iterations, CV_ITERATIONS),
+                          rounds=min(options.rounds, CV_ROUNDS))
     by = SCHEMES[scheme]
     rows = add_families(rows.reset_index(drop=True))
     fold = group_folds(rows, folds, by)
     ids = rows["id"].astype(str).to_numpy()
     out = {"scheme": scheme, "grouped_by": list(by), "folds": int(fold.max()) + 1,
+           "schedule": {"iterations": options.iterations, "rounds": options.rounds},
            "fold_of": fold if keep_fits else dict(zip(ids, fold.tolist())), "parts": {}, "fits": []}
     for k in range(int(fold.max()) + 1):
         if only is not None and k not in only:
@@ -108,43 +120,62 @@ def run_folds(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOptions |
     return out
 
 
-def summarize(rows: pd.DataFrame, parts: list) -> dict:
+def summarize(rows: pd.DataFrame, parts: list, partial: bool = False) -> dict:
     """The cross-validation result (:func:`cross_validate`) of the fold runs ``parts`` of
-    one scheme (together they must cover every fold)."""
+    one scheme (together they must cover every fold; with ``partial`` the folds run so far,
+    over the rows they held out: ``folds_run`` says how many).
+
+    Per fold (``per_fold``): ``held_out``, the fold fit's training rows
+    (``in_fold_median_ape_pct``), the held-out rows predicted by the fit that did not see
+    them (``out_of_fold_median_ape_pct``) and the same held-out rows as training rows of the
+    other folds' fits, pooled (``held_out_in_fold_median_ape_pct``, empty with one fold):
+    the like-with-like gap of that group.
+    """
     from planner.accuracy import add_families
 
     rows = add_families(rows.reset_index(drop=True))
-    ids = rows["id"].astype(str).to_numpy()
-    measured = rows["value"].to_numpy(float)
+    by_id = rows.set_index(rows["id"].astype(str))
     folds = {k: v for p in parts for k, v in p["parts"].items()}
     n_folds = parts[0]["folds"]
-    missing = sorted(set(map(str, range(n_folds))) - set(folds))
-    if missing:
+    missing = sorted(set(map(str, range(n_folds))) - set(folds), key=int)
+    if missing and not partial:
         raise ValueError(f"cross-validation folds not run: {', '.join(missing)}")
+    if missing:
+        held = {i for f in folds.values() for i in f["test"]}
+        rows = rows[rows["id"].astype(str).isin(held)].reset_index(drop=True)
+    ids = rows["id"].astype(str).to_numpy()
+    measured = rows["value"].to_numpy(float)
     oof = pd.Series({i: v for f in folds.values() for i, v in f["test"].items()}).reindex(ids).to_numpy(float)
-    inside, per_fold = [], []
+    inside = []
     for k in sorted(folds, key=int):
+        train = pd.Series(folds[k]["train"], dtype=float)
+        sub = by_id.loc[train.index]
+        inside.append(pd.DataFrame({"id": train.index, "fold": int(k), "family": sub["family"].to_numpy(),
+                                    "statistic": sub["statistic"].to_numpy(),
+                                    "ape": np.abs(train.to_numpy() - sub["value"].to_numpy(float))
+                                    / sub["value"].to_numpy(float) * 100}))
+    inside_all = pd.concat(inside, ignore_index=True)
+    per_fold = []
+    for k, part in zip(sorted(folds, key=int), inside):
         f = folds[k]
-        train = pd.Series(f["train"])
-        sub = rows.set_index(rows["id"].astype(str)).loc[train.index]
-        ape_train = np.abs(train.to_numpy(float) - sub["value"].to_numpy(float)) / sub["value"].to_numpy(float) * 100
         test = rows[rows["id"].astype(str).isin(list(f["test"]))]
         ape_test = np.abs(test["id"].astype(str).map(f["test"]).to_numpy(float) - test["value"].to_numpy(float)) \
             / test["value"].to_numpy(float) * 100
-        inside.append(pd.DataFrame({"family": sub["family"].to_numpy(), "ape": ape_train,
-                                    "statistic": sub["statistic"].to_numpy()}))
-        per_fold.append({"fold": int(k), "held_out": f["held_out"],
-                         "in_fold_median_ape_pct": family_medians(sub, ape_train),
-                         "out_of_fold_median_ape_pct": family_medians(test, ape_test)})
+        seen = inside_all[inside_all["id"].isin(list(f["test"])) & (inside_all["fold"] != int(k))]
+        per_fold.append({"fold": int(k), "held_out": f["held_out"], "rows": int(len(central(test))),
+                         "in_fold_median_ape_pct": family_medians(part, part["ape"].to_numpy()),
+                         "out_of_fold_median_ape_pct": family_medians(test, ape_test),
+                         "held_out_in_fold_median_ape_pct": family_medians(seen, seen["ape"].to_numpy())})
     ape_oof = np.abs(oof - measured) / measured * 100.0
-    inside_all = pd.concat(inside, ignore_index=True)
     a = family_medians(inside_all, inside_all["ape"].to_numpy())
     b = family_medians(rows, ape_oof)
     counts = central(rows)["family"].value_counts()
     by_family = {f: {"n": int(counts.get(f, 0)), "in_fold_median_ape_pct": a[f],
                      "out_of_fold_median_ape_pct": b.get(f), "gap_pct": round(b[f] - a[f], 1)}
                  for f in sorted(a) if f in b}
-    return {"folds": n_folds, "scheme": parts[0]["scheme"], "grouped_by": parts[0]["grouped_by"],
+    return {"folds": n_folds, **({"folds_run": len(folds)} if missing else {}),
+            "scheme": parts[0]["scheme"], "grouped_by": parts[0]["grouped_by"],
+            **({"schedule": parts[0]["schedule"]} if "schedule" in parts[0] else {}),
             "by_family": by_family, "per_fold": per_fold, "predictions": dict(zip(rows["id"], oof))}
 
 

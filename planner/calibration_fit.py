@@ -11,7 +11,8 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from planner.accuracy import Harness, add_families, engine_keys, predict_calibrated, predict_rows, row_arrays
+from planner.accuracy import (Harness, add_families, engine_keys, predict_calibrated, predict_columns, row_arrays,
+                              row_columns)
 from planner.calibration import DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, Calibration, compose
 from planner.serving.params import ServingParams
 
@@ -63,12 +64,35 @@ def _family_weights(families: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return 1.0 / (counts * per_group)
 
 
-def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, options: FitOptions):
+#: Parameters that enter every prediction additively (the request overhead: a fixed TTFT
+#: latency outside the GPU steps, ``planner.accuracy._metric_values``): a trial moves the
+#: predictions by slope x the change, the slope per row measured once per search, instead of
+#: re-running the load models. :func:`pattern_search` checks the result against a full
+#: prediction at the end of every search (``ADDITIVE_CHECK_RTOL``).
+ADDITIVE_PARAMETERS = ("request_overhead_s",)
+#: Relative agreement the end-of-search check asks of the tracked predictions (additive
+#: updates accumulate rounding only: ~1e-13).
+ADDITIVE_CHECK_RTOL = 1e-9
+
+
+def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, options: FitOptions,
+                   additive=()):
     """Minimize, for every group at once, its weighted mean clipped |ln(pred/value)| plus a prior.
 
-    ``predict(U)`` takes per-row search coordinates U (rows x parameters) and returns the
-    predictions; each group moves its own coordinates from ``prior_u`` (compass search:
-    +-step along each coordinate, halve the step where neither direction improves).
+    ``predict(U, index)`` takes the search coordinates U (one row per row of ``index``, one
+    column per parameter) of the rows ``index`` and returns their predictions; each group
+    moves its own coordinates from ``prior_u`` (compass search: +-step along each
+    coordinate, halve the step where neither direction improves). ``additive``: indices of
+    ``specs`` whose parameter enters the predictions additively (:data:`ADDITIVE_PARAMETERS`).
+
+    Notes
+    -----
+    A group's loss depends on its own rows only, so a trial predicts only the rows of the
+    groups whose coordinate moves (not those that already improved in the + direction, nor
+    those held at a bound); the other groups' losses are unchanged and their predictions are
+    kept from the best point so far. The result is the same as predicting every row in every
+    trial (per-row predictions do not depend on the other rows of a call); additive
+    parameters agree to rounding (checked at the end).
     """
     u = prior_u.copy()
     steps = np.tile(np.array([s.step for s in specs]), (n_groups, 1))
@@ -77,26 +101,59 @@ def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, opt
     prior_scale = 2.0 * np.array([s.step for s in specs])
     lo = np.array([s.to_u(s.lower) for s in specs])
     hi = np.array([s.to_u(s.upper) for s in specs])
+    every = np.arange(len(codes))
 
-    def loss(uu):
-        err = _log_errors(predict(uu[codes]), value, options.clip_log_error)
-        fit = np.bincount(codes, weights=weights * err, minlength=n_groups) / wsum
+    def loss(uu, pred, idx):
+        err = _log_errors(pred, value[idx], options.clip_log_error)
+        fit = np.bincount(codes[idx], weights=weights[idx] * err, minlength=n_groups) / wsum
         return fit + options.prior_weight / n_rows * (((uu - prior_u) / prior_scale) ** 2).sum(axis=1)
 
-    best = loss(u)
+    pred = predict(u[codes], every)
+    best = loss(u, pred, every)
+    slopes = {}
+    for k in additive:  # d prediction / d parameter, per row (0 where it does not enter)
+        shifted = u.copy()
+        shifted[:, k] = np.where(u[:, k] + 1.0 <= hi[k], u[:, k] + 1.0, u[:, k] - 1.0)
+        dx = specs[k].from_u(shifted[codes, k]) - specs[k].from_u(u[codes, k])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slopes[k] = np.where(dx != 0, (predict(shifted[codes], every) - pred) / dx, 0.0)
     for _ in range(options.iterations):
         for k in range(len(specs)):
             improved = np.zeros(n_groups, bool)
             for sign in (1.0, -1.0):
+                moved = np.clip(u[:, k] + sign * steps[:, k], lo[k], hi[k])
+                moving = (moved != u[:, k]) & ~improved
+                if not moving.any():
+                    continue
                 trial = u.copy()
-                trial[:, k] = np.clip(np.where(improved, u[:, k], u[:, k] + sign * steps[:, k]), lo[k], hi[k])
-                trial_loss = loss(trial)
-                better = (trial_loss < best - 1e-9) & ~improved
+                trial[moving, k] = moved[moving]
+                idx = np.flatnonzero(moving[codes])
+                if k in slopes:
+                    dx = specs[k].from_u(trial[codes[idx], k]) - specs[k].from_u(u[codes[idx], k])
+                    trial_pred = pred[idx] + slopes[k][idx] * dx
+                else:
+                    trial_pred = predict(trial[codes[idx]], idx)
+                trial_loss = loss(trial, trial_pred, idx)
+                better = moving & (trial_loss < best - 1e-9)
                 u[better, k] = trial[better, k]
                 best = np.where(better, trial_loss, best)
+                take = better[codes[idx]]
+                pred[idx[take]] = trial_pred[take]
                 improved |= better
             steps[~improved, k] *= 0.5
+    if slopes:
+        _check_tracked(pred, predict(u[codes], every), [s for i, s in enumerate(specs) if i in slopes])
     return u
+
+
+def _check_tracked(tracked, full, specs) -> None:
+    """The end-of-search check of :func:`pattern_search`'s additive updates."""
+    both = np.isfinite(tracked) & np.isfinite(full)
+    ok = np.array_equal(np.isfinite(tracked), np.isfinite(full)) and np.allclose(
+        tracked[both], full[both], rtol=ADDITIVE_CHECK_RTOL, atol=0.0)
+    if not ok:
+        raise RuntimeError("calibration fit: a parameter of ADDITIVE_PARAMETERS no longer enters the predictions "
+                           f"additively ({', '.join(s.description for s in specs)}): remove it there")
 
 
 def eligible_groups(rows: pd.DataFrame, level: str, options: FitOptions,
@@ -217,15 +274,20 @@ class _Fit:
         return values
 
     def subset(self, index) -> tuple:
-        """The rows ``index`` and their arrays (once per search, reused by every trial)."""
+        """The columns (:func:`planner.accuracy.row_columns`) and arrays of the rows ``index``
+        (once per search, reused by every trial)."""
         if len(index) == len(self.rows):
-            return self.rows, self.arrays
-        return self.rows.iloc[index].reset_index(drop=True), self.arrays.take(index)
+            return row_columns(self.rows), self.arrays
+        return row_columns(self.rows, index), self.arrays.take(index)
 
-    def predict_with(self, values: dict, part: tuple) -> np.ndarray:
-        """Predictions of the rows ``part`` = (rows, arrays) (``values`` restricted to them)."""
+    def predict_with(self, values: dict, part: tuple, index=None) -> np.ndarray:
+        """Predictions of the rows ``part`` = (columns, arrays) (of its rows ``index``; ``values``
+        restricted to them)."""
+        cols, arrays = part
+        if index is not None and len(index) < len(cols["point_code"]):
+            cols, arrays = {k: v[index] for k, v in cols.items()}, arrays.take(index)
         params, harness = compose(self.base, values)
-        return predict_rows(self.catalog, part[0], params, Harness(**harness), arrays=part[1])
+        return predict_columns(cols, arrays, params, Harness(**harness))
 
 
 def _group_priors(fit: _Fit, level: str, keys: list, specs: dict) -> np.ndarray:
@@ -248,15 +310,16 @@ def _group_priors(fit: _Fit, level: str, keys: list, specs: dict) -> np.ndarray:
 
 
 def _predict_coordinates(fit: _Fit, level: str | None, specs: dict, fixed_values: dict, part: tuple,
-                         u_rows: np.ndarray) -> np.ndarray:
-    """Predictions of the rows ``part`` with the parameters ``specs`` of ``level`` at the
-    per-row search coordinates ``u_rows`` (rows x parameters), the others at ``fixed_values``."""
+                         u_rows: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """Predictions of the rows ``index`` of ``part`` with the parameters ``specs`` of ``level``
+    at their search coordinates ``u_rows`` (rows x parameters), the others at ``fixed_values``."""
     prefix = "engine" if level in ("engine", "release") else level
-    values = dict(fixed_values)
+    whole = len(index) == len(part[0]["point_code"])
+    values = dict(fixed_values) if whole else {k: v[index] for k, v in fixed_values.items()}
     for i, (n, s) in enumerate(specs.items()):
         key = f"{prefix}.{n}" if level else (f"gpu.{n}" if n in GPU_PARAMETERS else f"engine.{n}")
         values[key] = s.from_u(u_rows[:, i])
-    return fit.predict_with(values, part)
+    return fit.predict_with(values, part, None if whole else index)
 
 
 def _search_level(fit: _Fit, level: str | None, keys: list, specs: dict) -> None:
@@ -275,8 +338,9 @@ def _search_level(fit: _Fit, level: str | None, keys: list, specs: dict) -> None
     fixed_values = {k: v[index] for k, v in fit.current().items()}
     predict = partial(_predict_coordinates, fit, level, specs, fixed_values, fit.subset(index))
     plist = list(specs.values())
+    additive = [i for i, n in enumerate(specs) if n in ADDITIVE_PARAMETERS]
     u = pattern_search(predict, fit.value[index], _family_weights(fit.families[index], codes), codes, len(prior),
-                       prior, plist, fit.options)
+                       prior, plist, fit.options, additive)
     for g in range(len(prior)):
         fitted = {n: float(s.from_u(u[g, i])) for i, (n, s) in enumerate(specs.items())}
         if level is None:
@@ -285,13 +349,30 @@ def _search_level(fit: _Fit, level: str | None, keys: list, specs: dict) -> None
             fit.tables[level].setdefault(keys[g], {}).update(fitted)
 
 
-def gpu_priors(catalog, measured) -> dict:
+#: What an unmeasured GPU's prior sibling shares with it, most specific first (then the
+#: vendor alone): the compute architecture (the die its kernels run on), then the memory
+#: technology (:func:`gpu_priors`).
+PRIOR_KEYS = ("architecture", "memory_technology")
+
+
+def gpu_priors(catalog, measured, keys=PRIOR_KEYS) -> dict:
     """Where each catalog GPU without values of its own borrows its hardware values.
 
-    The measured GPU (in ``measured``) of the same vendor and memory technology whose datasheet
-    bandwidth is nearest (|ln ratio|, then id); without one, the nearest measured GPU of the
-    same vendor; without any measured GPU of the vendor: None (the seed defaults). Never an
+    The measured GPU (in ``measured``) of the same vendor and the same first of ``keys``
+    (``architecture`` in ``catalogs/gpus.yaml``: H200 from H100, MI325X from MI300X, the same
+    die with other memory; then ``memory_technology``) whose datasheet bandwidth is nearest
+    (|ln ratio|, then id); without one sharing any key, the nearest measured GPU of the same
+    vendor; without any measured GPU of the vendor: None (the seed defaults). Never an
     average over other vendors' GPUs.
+
+    Notes
+    -----
+    The achievable fractions of the datasheet bandwidth and FLOPS are properties of the die
+    and its kernels more than of the memory type: with the fitted values of a sibling in
+    place of a GPU's own, MI325X's rows are predicted far better with MI300X's values (the
+    same CDNA 3 die) than with MI355X's (the same HBM3e, CDNA 4), H200's throughput better
+    with H100's than with B200's (docs/accuracy.md, "Cross-validation", generated by
+    ``benchmarks/bench_accuracy.py``).
     """
     measured = sorted(g for g in measured if g in catalog.gpus.entries)
     out = {}
@@ -300,16 +381,19 @@ def gpu_priors(catalog, measured) -> dict:
             continue
         g = catalog.gpu(gid)
         same = [catalog.gpu(m) for m in measured if catalog.gpu(m).vendor == g.vendor]
-        tech = [m for m in same if g.memory_technology and m.memory_technology == g.memory_technology]
-        pool = tech or same
-        if not pool:
+        if not same:
             out[gid] = {"borrowed_from": None, "reason": f"no measured {g.vendor} GPU: seed defaults"}
             continue
+        values = [getattr(g, k) or "" for k in keys]
+        level = next((i for i, k in enumerate(keys)
+                      if values[i] and any(getattr(m, k) == values[i] for m in same)), None)
+        pool = same if level is None else [m for m in same if getattr(m, keys[level]) == values[level]]
         near = min(pool, key=lambda m: (abs(np.log(m.memory_bandwidth_tb_per_s / g.memory_bandwidth_tb_per_s)),
                                         m.id))
-        why = (f"nearest measured {g.vendor} {g.memory_technology} GPU by memory bandwidth" if tech else
-               f"no measured {g.vendor} {g.memory_technology or ''} GPU: nearest measured {g.vendor} GPU "
-               "by memory bandwidth")
+        missing = " or ".join(v for v in values[:len(keys) if level is None else level])
+        found = "" if level is None else values[level]
+        why = (f"no measured {g.vendor} {missing} GPU: " if missing else "") + \
+            f"nearest measured {g.vendor} {found} GPU by memory bandwidth"
         out[gid] = {"borrowed_from": near.id, "reason": " ".join(why.split())}
     return out
 

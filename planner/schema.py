@@ -106,6 +106,9 @@ class GpuSpec(Strict):
     memory_bandwidth_tb_per_s: float = Field(gt=0)
     #: Memory type (hbm3, hbm3e, gddr6, ...): the calibration's same-technology prior.
     memory_technology: str | None = None
+    #: Compute architecture (CUDA compute capability ``sm_90``, AMD target ``gfx942``): the
+    #: calibration's same-architecture prior (before the memory technology).
+    architecture: str | None = None
     bf16_tflops: float | None = Field(default=None, gt=0)
     fp8_tflops: float | None = Field(default=None, gt=0)
     fp4_tflops: float | None = Field(default=None, gt=0)

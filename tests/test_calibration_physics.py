@@ -84,12 +84,20 @@ def test_unmeasured_gpus_borrow_from_their_vendor_and_are_marked(catalog, shippe
             assert catalog.gpu(src).vendor == catalog.gpu(gid).vendor, gid
         else:
             assert not any(catalog.gpu(g).vendor == catalog.gpu(gid).vendor for g in measured)
-    # every unmeasured catalog GPU has a documented prior; same technology wins over bandwidth
+    # every unmeasured catalog GPU has a documented prior; same vendor wins over bandwidth
     assert set(shipped.gpu_priors) == set(catalog.gpus.entries) - measured
     priors = gpu_priors(catalog, ["h100-sxm", "h200-sxm", "mi300x"])
     assert priors["mi325x"]["borrowed_from"] == "mi300x"  # AMD, not the nearer-bandwidth H200
     assert priors["gh200"]["borrowed_from"] == "h100-sxm"  # NVIDIA HBM3
     assert priors["gaudi3"]["borrowed_from"] is None  # no measured Intel GPU: seed defaults
+    # the same die (architecture) wins over the same memory: H200 from H100 (sm_90), not the
+    # HBM3e B200; MI325X from MI300X (gfx942), not the HBM3e MI355X; MI355X (gfx950, no
+    # measured sibling) from the nearest AMD HBM3e GPU
+    priors = gpu_priors(catalog, ["h100-sxm", "b200", "mi300x", "mi355x"])
+    assert priors["h200-sxm"]["borrowed_from"] == "h100-sxm" and "sm_90" in priors["h200-sxm"]["reason"]
+    assert priors["mi325x"]["borrowed_from"] == "mi300x"
+    assert gpu_priors(catalog, ["mi300x", "mi325x"])["mi355x"]["borrowed_from"] == "mi325x"
+    assert gpu_priors(catalog, ["b200", "b300"])["gb300"]["borrowed_from"] == "b300"   # sm_103
     # the values follow the prior; never the global fit of other vendors
     cal = C.Calibration(default={**shipped.default, "memory_efficiency": 0.3}, gpus={
         "mi300x": {"memory_efficiency": 0.7, "compute_efficiency": 0.5, "allreduce_latency_nvlink_s": 2e-5}},
