@@ -70,6 +70,8 @@ def _table(frame: pd.DataFrame, usd_cols=()) -> list[str]:
 
 def budget_markdown(result) -> str:
     """The proposal for procurement: totals first, then when to buy or rent, then why."""
+    from planner.procurement.budget import USD_COLUMNS
+
     spec, problem = result.spec, result.problem
     opts = result.options.sort_values(["rank", "option"])
     md = [f"# Budget proposal: {problem.name}", "",
@@ -91,7 +93,7 @@ def budget_markdown(result) -> str:
     md += _table(opts[["rank", "option", "kind", "cost_usd", "present_value_usd", "cash_usd",
                        "capex_usd", "power_usd", "hosting_usd", "committed_after_horizon_usd",
                        "residual_value_usd", "usd_per_gpu_hour_paid", "gpu_type_switches", "status", "missing"]],
-                 usd_cols=USD_COLS)
+                 usd_cols=USD_COLUMNS)
     md += ["", "## Fleet of each option per period", "",
            "GPUs in use at the period's peak by type; `held`: GPUs held per tier.", ""]
     md += _table(result.periods, usd_cols=())
@@ -134,10 +136,6 @@ def risk_markdown(risk) -> list[str]:
     return md + _table(risk.summary, usd_cols=("p10_usd", "p50_usd", "p90_usd", "mean_usd"))
 
 
-USD_COLS = ("cost_usd", "present_value_usd", "cash_usd", "capex_usd", "power_usd", "hosting_usd",
-            "committed_after_horizon_usd", "residual_value_usd")
-
-
 def _excel_value(v):
     if v is None or (not isinstance(v, (str, bool)) and _missing(v)):
         return None
@@ -148,6 +146,8 @@ def budget_xlsx(result) -> bytes:
     """The workbook: one sheet per table (Options first), same numbers as the Markdown."""
     from openpyxl import Workbook
     from openpyxl.styles import Font
+
+    from planner.procurement.budget import USD_COLUMNS
 
     wb = Workbook()
     wb.remove(wb.active)
@@ -168,7 +168,7 @@ def budget_xlsx(result) -> bytes:
         if sheet == "Options":
             for row in ws.iter_rows(min_row=2):
                 for c in row:
-                    if ws.cell(1, c.column).value in USD_COLS:
+                    if ws.cell(1, c.column).value in USD_COLUMNS:
                         c.number_format = "#,##0"
     wb.properties.creator = "llm-deployment-planner"
     buf = io.BytesIO()

@@ -21,11 +21,17 @@ def per_request():
 
 @dataclass(frozen=True)
 class RunRecord:
-    """What every simulated run reports: the latency statistics of the measured requests
-    and the per-request record (arrays in arrival order, times in seconds from the first
-    arrival; ``measured`` marks the requests the statistics count, after the warm-up).
+    """What every simulated run reports: the per-request record (arrays in arrival order,
+    times in seconds from the first arrival; ``measured`` marks the requests the statistics
+    count, after the warm-up) and the latency statistics of the measured requests.
     The base of :class:`SimulationResult` and of the P/D simulator's result."""
 
+    arrival_s: np.ndarray = per_request()
+    first_token_s: np.ndarray = per_request()
+    finish_s: np.ndarray = per_request()
+    prompt_tokens: np.ndarray = per_request()
+    output_tokens: np.ndarray = per_request()
+    measured: np.ndarray = per_request()
     requests: int
     rejected_requests: int
     ttft_p50_s: float
@@ -34,12 +40,6 @@ class RunRecord:
     tpot_p50_s: float
     tpot_p95_s: float
     tpot_mean_s: float
-    arrival_s: np.ndarray = per_request()
-    first_token_s: np.ndarray = per_request()
-    finish_s: np.ndarray = per_request()
-    prompt_tokens: np.ndarray = per_request()
-    output_tokens: np.ndarray = per_request()
-    measured: np.ndarray = per_request()
 
     @classmethod
     def array_fields(cls) -> tuple[str, ...]:
