@@ -266,6 +266,16 @@ def candidate_hashes(frame: pd.DataFrame) -> np.ndarray:
     return h
 
 
+def factorize_column(column) -> tuple[np.ndarray, np.ndarray]:
+    """``pd.factorize`` of one column (codes, -1 for a missing value; distinct values in
+    order of first appearance); a string column is factorized as its object array (half
+    the time of pandas' string-array factorize on the search grid's 54,720 rows)."""
+    if isinstance(column, pd.Series) and isinstance(column.dtype, pd.StringDtype) \
+            and column.dtype.storage == "python":
+        return pd.factorize(column.to_numpy(dtype=object))
+    return pd.factorize(column)
+
+
 def _distinct_values(column: pd.Series, d: Dimension) -> tuple[np.ndarray, list, np.ndarray | None]:
     """``(codes, texts, defaults)``: per row the code of its value, the ``str`` of each
     distinct value (as ``column.astype(str)`` writes it) and, for a dimension with a
@@ -279,7 +289,7 @@ def _distinct_values(column: pd.Series, d: Dimension) -> tuple[np.ndarray, list,
     kind = column.dtype.kind
     if kind in "iub" or (pd.api.types.is_string_dtype(column.dtype)
                          and (kind != "O" or pd.api.types.infer_dtype(column, skipna=False) == "string")):
-        codes, uniques = pd.factorize(column)
+        codes, uniques = factorize_column(column)
         if not (codes < 0).any():         # no missing value
             raw = list(uniques)
             defaults = None if d.default is None else np.array([d.is_default(u) for u in raw], dtype=bool)[codes]
@@ -367,7 +377,7 @@ class CandidateTable:
         for n in names:
             if n not in present and dimension(n).default is None:
                 raise KeyError(f"factorize: the table has no column '{n}'")
-        parts = [pd.factorize(self.frame[n]) for n in present]
+        parts = [factorize_column(self.frame[n]) for n in present]
         sizes = [len(distinct) for _, distinct in parts]
         if (not present or self.frame.empty or any((codes < 0).any() for codes, _ in parts)
                 or math.prod(sizes) >= 2 ** 62):

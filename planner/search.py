@@ -24,7 +24,7 @@ from planner.problem import Problem
 from planner.serving import memory
 from planner.serving.evaluate import evaluate
 from planner.serving.params import ServingParams
-from planner.serving.queueing import TrafficArrays, capacity_at_slo, step_model
+from planner.serving.queueing import TrafficArrays, capacities_at_slos
 
 #: Rejection reasons, in the order they are checked (the first that applies is reported).
 REASONS = (
@@ -83,8 +83,8 @@ def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
     fmts = {q: cat.weight_format(q) for q in problem.quantization}
     # per distinct GPU and (GPU, format), then onto the rows by their codes (speed)
-    g_codes, g_ids = pd.factorize(frame["gpu"])
-    q_codes, q_ids = pd.factorize(frame["quantization"])
+    g_codes, g_ids = dimensions.factorize_column(frame["gpu"])
+    q_codes, q_ids = dimensions.factorize_column(frame["quantization"])
     gpus = [cat.gpu(x) for x in g_ids]
 
     def per_gpu(value, dtype):
@@ -258,15 +258,14 @@ def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: Se
     roles = dimensions.value_of(rows, "role")
     if not np.all(np.asarray(roles) == "both"):
         return _by_role(problem, rows, workload, params, arrays, traffic, ttft, tpot, margins)
-    results = {}
-    model = step_model(arrays, params, traffic)   # one step model for every SLO pair
+    margins = margins or Margins(confidence=0.5, max_load_fraction=1.0)
+    # the central and the margined SLOs' capacities in one pass (their shared states once)
+    pairs = list(dict.fromkeys([(ttft, tpot), margins.slos(ttft, tpot)]))
+    results = dict(zip(pairs, capacities_at_slos(arrays, params, traffic, pairs)))
 
     def capacity(ttft_slo_s, tpot_slo_s):
-        results[ttft_slo_s, tpot_slo_s] = capacity_at_slo(arrays, params, traffic, ttft_slo_s, tpot_slo_s,
-                                                          model=model)
         return results[ttft_slo_s, tpot_slo_s]["max_rate_per_s"]
 
-    margins = margins or Margins(confidence=0.5, max_load_fraction=1.0)
     planned = margins.planned_capacity(capacity, ttft, tpot)
     out = dict(results[ttft, tpot])
     held = results.get(margins.slos(ttft, tpot), out)

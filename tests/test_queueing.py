@@ -144,3 +144,29 @@ def test_erlang_c_and_mixture_helpers():
     assert np.all(np.diff(p) > 0)
     # one component: the normal p95
     assert float(mixture_p95_offset([np.array(2.0)])) == pytest.approx(1.6449 * 2.0, rel=1e-3)
+
+
+def test_joint_bisection_of_several_slo_pairs_equals_one_call_per_pair(catalog):
+    """capacities_at_slos shares the states the pairs need at the same occupancy (and computes
+    the others on their rows only, through StepModel.take / ConfigArrays.take): every array
+    equals that of a separate capacity_at_slo call, bit for bit."""
+    from planner.serving.queueing import capacities_at_slos
+
+    rng = np.random.default_rng(3)
+    n = 60
+    frame = pd.DataFrame({"model": rng.choice(["llama-3.1-8b", "mixtral-8x7b"], n),
+                          "gpu": rng.choice(["h100-sxm", "a100-sxm-80gb", "l40s"], n),
+                          "quantization": "bf16", "kv_cache_dtype": "bf16", "tp": rng.choice([1, 2, 4], n),
+                          "pp": 1, "batch": rng.choice([8, 64, 256], n), "prompt_tokens": 1000.0,
+                          "output_tokens": 300.0, "context_tokens": np.nan})
+    c = config_arrays(catalog, frame)[0]
+    p = P.with_overrides(memory_efficiency=rng.uniform(0.6, 0.9, n))
+    pairs = [(1.0, 0.05), (0.7, 0.04), (1.0, 0.05)]
+    joint = capacities_at_slos(c, p, TRAFFIC, pairs)
+    for pair, got in zip(pairs, joint):
+        alone = capacity_at_slo(c, p, TRAFFIC, *pair)
+        assert list(got) == list(alone)
+        for key in alone:
+            assert got[key].tobytes() == alone[key].tobytes(), (pair, key)
+    assert (joint[1]["max_rate_per_s"] <= joint[0]["max_rate_per_s"]).all()     # tighter SLOs
+    assert (joint[0]["max_rate_per_s"] > joint[1]["max_rate_per_s"]).any()

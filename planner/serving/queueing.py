@@ -150,12 +150,13 @@ def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
     m2 = (s ** 2).mean(axis=0)
     kurt = 3.0 * ((s ** 4).mean(axis=0) / m2 ** 2 - 1.0)
     x = np.sqrt(m2) * (Z95 + (Z95 ** 3 - 3.0 * Z95) * kurt / 24.0)
-    x = np.clip(x, Z95 * s.min(axis=0), Z95 * s.max(axis=0))
+    low, high = Z95 * s.min(axis=0), Z95 * s.max(axis=0)
+    x = np.clip(x, low, high)
     for _ in range(newton_steps):
         u = x / s
         cdf = (0.5 * (1.0 + _erf(u / np.sqrt(2.0)))).mean(axis=0)
         pdf = (np.exp(-0.5 * u * u) / (np.sqrt(2.0 * np.pi) * s)).mean(axis=0)
-        x = np.clip(x - (cdf - P95) / np.maximum(pdf, 1e-300), Z95 * s.min(axis=0), Z95 * s.max(axis=0))
+        x = np.clip(x - (cdf - P95) / np.maximum(pdf, 1e-300), low, high)
     return x
 
 
@@ -205,6 +206,7 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
     per_token = np.maximum(s_full - s_d, 0.0) / chunk              # prefill time per prompt token
     extra, extra2, service, service2 = 0.0, 0.0, 0.0, 0.0
     m = len(t.prompt_strata_tokens)
+    per_token2 = per_token ** 2
     for tokens, attn, var_p in zip(t.prompt_strata_tokens, t.prompt_strata_attention_tokens,
                                    t.prompt_strata_var):
         eff = np.maximum(tokens * hit, 1.0)
@@ -212,9 +214,10 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
         cost = full * s_full + step(n, eff - full * chunk, attn)  # time of its prefill steps
         over = cost - (full + 1.0) * s_d                           # beyond plain decode steps
         extra = extra + over / m
-        extra2 = extra2 + (over ** 2 + per_token ** 2 * var_p * hit ** 2) / m
+        spread = per_token2 * var_p * hit ** 2                     # the stratum's prompt spread
+        extra2 = extra2 + (over ** 2 + spread) / m
         service = service + cost / m
-        service2 = service2 + (cost ** 2 + per_token ** 2 * var_p * hit ** 2) / m
+        service2 = service2 + (cost ** 2 + spread) / m
     # Arrivals lengthen the lives of the requests decoding, which see more arrivals: a
     # branching ratio phi inflates occupancy and arrival-count variances by 1/(1-phi)^2.
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -278,38 +281,71 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
     Returns arrays: max_rate_per_s (0 where even a trickle misses an SLO), the state at
     that rate (ttft_p95_s, tpot_p95_s, occupancy), and ``slo_violated_at_low_load``
     ("ttft", "tpot" or "" per row: which SLO a trickle of load already misses).
-    ``model``: :func:`step_model` of ``c``, ``p``, ``t`` when the caller has it (several SLOs).
+    ``model``: :func:`step_model` of ``c``, ``p``, ``t`` when the caller has it.
+    """
+    return capacities_at_slos(c, p, t, [(slo_ttft_p95_s, slo_tpot_p95_s)], steps, model)[0]
+
+
+def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int = CAPACITY_BISECTION_STEPS,
+                       model: StepModel | None = None) -> list[dict]:
+    """:func:`capacity_at_slo` of each ``(slo_ttft_p95_s, slo_tpot_p95_s)`` pair of ``slos``.
+
+    Each pair has its own bisection on n (the same steps, the same numbers as one call per
+    pair); a state that several pairs need at the same occupancy of a row (the top and the
+    trickle, the first steps before the pairs' decisions part) is computed once, and the
+    others on the rows where they differ only (speed: the search's central and margined SLOs).
     """
     n_max = _n_max(c, p)
-    shape = np.broadcast_shapes(n_max.shape, np.shape(slo_ttft_p95_s), np.shape(slo_tpot_p95_s),
-                                np.shape(t.prompt_mean_tokens))
-    lo = np.zeros(shape)
-    hi = np.broadcast_to(n_max, shape).astype(float)
-
     steps_model = model or step_model(c, p, t)
+    shapes = [np.broadcast_shapes(n_max.shape, np.shape(a), np.shape(b), np.shape(t.prompt_mean_tokens))
+              for a, b in slos]
+    scalars = [x for v in vars(t).values() for x in (v if isinstance(v, tuple) else (v,))]
+    shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and all(np.ndim(x) == 0 for x in scalars)
 
     def state(n):
         return state_at_occupancy(c, p, t, n, steps_model, n_max)
 
-    def ok(n):
-        s = state(n)
-        return (s["ttft_p95_s"] <= slo_ttft_p95_s) & (s["tpot_p95_s"] <= slo_tpot_p95_s) & s["stable"], s
+    def states(ns):
+        if not shared:
+            return [state(n) for n in ns]
+        out = [state(ns[0])]
+        for n in ns[1:]:
+            differ = np.flatnonzero(~(n == ns[0]))
+            if not differ.size:
+                out.append(out[0])
+            elif differ.size == n.size:
+                out.append(state(n))
+            else:
+                sub = state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
+                                         steps_model.take(differ), n_max[differ])
+                merged = {key: value.copy() for key, value in out[0].items()}
+                for key, value in sub.items():
+                    merged[key][differ] = value
+                out.append(merged)
+        return out
 
-    top_ok, _ = ok(hi)
+    def ok(s, slo):
+        return (s["ttft_p95_s"] <= slo[0]) & (s["tpot_p95_s"] <= slo[1]) & s["stable"]
+
+    los = [np.zeros(shape) for shape in shapes]
+    his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
+    top_ok = [ok(s, slo) for s, slo in zip(states(his), slos)]
     for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        good, _ = ok(mid)
-        lo = np.where(good, mid, lo)
-        hi = np.where(good, hi, mid)
-    n_star = np.where(top_ok, np.broadcast_to(n_max, shape), lo)
-    final = state(n_star)
-    rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
-    # Which SLO fails at a trickle (for the rejection reasons).
-    trickle = state(np.full(shape, 1e-6))
-    first = np.where(trickle["ttft_p95_s"] > slo_ttft_p95_s, "ttft",
-                     np.where(trickle["tpot_p95_s"] > slo_tpot_p95_s, "tpot", ""))
-    return {"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
-            "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first}
+        mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
+        good = [ok(s, slo) for s, slo in zip(states(mids), slos)]
+        los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
+        his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
+    n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
+    finals = states(n_stars)
+    trickles = states([np.full(shape, 1e-6) for shape in shapes])   # which SLO fails at a trickle
+    out = []
+    for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
+        rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
+        first = np.where(trickle["ttft_p95_s"] > ttft_slo, "ttft",
+                         np.where(trickle["tpot_p95_s"] > tpot_slo, "tpot", ""))
+        out.append({"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
+                    "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first})
+    return out
 
 
 def state_at_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays, rate_per_s,
@@ -371,7 +407,7 @@ def occupancy_curve(c: ConfigArrays, p: ServingParams, t: TrafficArrays, points:
         v = getattr(c, f.name)
         expand[f.name] = v[:, None] if np.ndim(v) else v
     p_rows = p.with_overrides(**{k: np.asarray(v)[:, None] for k, v in p.as_dict().items() if np.ndim(v)})
-    state = state_at_occupancy(c.replace(**expand), p_rows, t, grid)
+    state = state_at_occupancy(c.replace(**expand), p_rows, t, grid, slots=n_max[:, None])
     ok = state["stable"] & (n_max[:, None] >= 1)
     return {"occupancy": grid, "rate_per_s": np.where(ok, state["rate_per_s"], np.nan),
             "ttft_p95_s": np.where(ok, state["ttft_p95_s"], np.inf),

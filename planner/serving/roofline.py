@@ -8,6 +8,8 @@ round reads the weights once per micro-batch and the KV once (no single-request 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from planner.serving import moe
@@ -212,6 +214,18 @@ class StepModel:
 
     #: Prefill terms kept per (chunk, prompt) pair of scalars (:meth:`_prefill_flops`).
     PREFILL_MEMO_SIZE = 16
+
+    def take(self, rows) -> "StepModel":
+        """The model of the configurations at positions ``rows`` (as :meth:`ConfigArrays.take`:
+        1-D arrays of more than one element are indexed, scalars kept); the same times."""
+        out = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, np.ndarray) and value.ndim == 1 and value.size > 1:
+                setattr(out, name, value[rows])
+        if self.layout is not None:
+            out.layout = (self.layout[0].take(rows), self.layout[1].take(rows))
+        out._prefill_memo = {}
+        return out
 
     def decode_terms(self, decode_batch) -> tuple:
         """The parts of :meth:`time` that depend on the decode batch only: pass them as
