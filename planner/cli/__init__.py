@@ -37,23 +37,45 @@ from planner.cli.helpers import (  # noqa: F401 - the exit codes are part of thi
 )
 from planner.errors import PlanningInputError
 
-#: The command modules, in the order of ``planner --help``; each registers its subcommand
-#: with ``add_parser(subparsers)``.
+#: The command modules, in the order of ``planner --help``; each names its subcommand
+#: (``COMMAND``, ``HELP``) and registers it with its flags with ``add_parser(subparsers)``.
 COMMANDS = (evaluate, knee, sweep, train, catalog, solve, validate, simulate, budget, accuracy, calibrate,
             import_bench)
 
 
-def build_parser() -> Parser:
-    parser = Parser(prog="planner", description="LLM deployment planner: which GPUs, how many, "
-                    "in which configuration, how fast, at what cost per million tokens.")
+def build_parser(command: str | None = None, add_help: bool = True) -> Parser:
+    """The ``planner`` parser: every command with its flags, or with ``command`` only that
+    command's flags and the others by name and help line.
+
+    Building a command's flags imports what their help texts show (the serving parameters'
+    seed values, the simulator's defaults), so :func:`main` builds only the flags of the
+    command it runs (:func:`_command_of`); ``planner --help`` and errors before the command
+    need none (``command=""``).
+    """
+    parser = Parser(prog="planner", add_help=add_help, description="LLM deployment planner: which GPUs, "
+                    "how many, in which configuration, how fast, at what cost per million tokens.")
     parser.add_argument("--catalog-dir", help="directory with gpus/models/quantization/prices YAML "
                         "(default: the shipped catalogs)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
     for module in COMMANDS:
-        module.add_parser(sub)
+        if command is None or module.COMMAND == command:
+            module.add_parser(sub)
+        else:
+            sub.add_parser(module.COMMAND, help=module.HELP, add_help=False)
     for register in _EXTRA_COMMANDS:
         register(sub)
     return parser
+
+
+def _command_of(argv) -> str:
+    """The command ``argv`` runs, as argparse reads it (options, abbreviations), or "" when it
+    names none (``planner --help``, a usage error: the full parse reports it)."""
+    probe = build_parser(command="", add_help=False)
+    try:
+        args, _ = probe.parse_known_args(argv)
+    except UsageError:
+        return ""
+    return args.command or ""
 
 
 #: Registration hooks added at run time (tests, plugins).
@@ -74,7 +96,7 @@ def _run(argv) -> int:
     from planner.cli.checks import check_flags
     from planner.signals import exit_code
 
-    parser = build_parser()
+    parser = build_parser(_command_of(argv))
     try:
         args = parser.parse_args(argv)
         check_flags(parser, args)

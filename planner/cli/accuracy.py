@@ -7,9 +7,14 @@ import sys
 from planner.cli.helpers import EXIT_OK, catalog_from, fmt, positive_int, print_json, print_rows
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "accuracy"
+HELP = "predict published measurements and report the errors"
+
+
 def add_parser(sub) -> None:
     """Register ``planner accuracy`` on the ``planner`` subparsers."""
-    p = sub.add_parser("accuracy", help="predict published measurements and report the errors")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("file", nargs="+",
                    help="measurement CSV(s) (schema: benchmarks/data/README-measurements.md)")
     p.add_argument("--calibration", default="default",

@@ -16,9 +16,14 @@ SHEETS = {"Options": "options", "Periods": "periods", "Actions": "actions", "Bre
           "Sensitivity": "sensitivity", "Assumptions": "assumptions"}
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "budget"
+HELP = "budget proposal: plan per quarter under growth, rent vs buy"
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``planner budget PROBLEM.yaml [--out DIR] [--json]``."""
-    p = subparsers.add_parser("budget", help="budget proposal: plan per quarter under growth, rent vs buy")
+    p = subparsers.add_parser(COMMAND, help=HELP)
     p.add_argument("problem", help="problem YAML with a procurement: section")
     p.add_argument("--out", help="directory for budget.md, the CSVs and budget.xlsx")
     p.add_argument("--time-limit", type=float, help="wall-clock limit per fleet solve [s] (default: a "

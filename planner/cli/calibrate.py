@@ -9,9 +9,14 @@ from pathlib import Path
 from planner.cli.helpers import EXIT_OK, catalog_from, fmt, positive_int, print_json, print_rows
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "calibrate"
+HELP = "fit the serving-model efficiencies and overheads to measurements"
+
+
 def add_parser(sub) -> None:
     """Register ``planner calibrate`` on the ``planner`` subparsers."""
-    p = sub.add_parser("calibrate", help="fit the serving-model efficiencies and overheads to measurements")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("file", nargs="+", help="measurement CSV(s), fitted together")
     p.add_argument("--out", default="catalogs/calibration.yaml", help="calibration YAML to write")
     p.add_argument("--min-rows", type=positive_int, default=20, help="rows a GPU/engine/model group needs")

@@ -5,9 +5,14 @@ from __future__ import annotations
 from planner.cli.helpers import EXIT_OK, catalog_from, print_json
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "catalog"
+HELP = "list catalog entries with their sources"
+
+
 def add_parser(sub) -> None:
     """Register ``planner catalog`` on the ``planner`` subparsers."""
-    p = sub.add_parser("catalog", help="list catalog entries with their sources")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("kind", choices=["gpus", "models", "quantization", "prices", "engines", "quality"])
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_catalog)

@@ -13,9 +13,14 @@ from planner.cli.helpers import (
 )
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "eval"
+HELP = "evaluate one configuration (the comprehensive playground)"
+
+
 def add_parser(sub) -> None:
     """Register ``planner eval`` on the ``planner`` subparsers."""
-    p = sub.add_parser("eval", help="evaluate one configuration (the comprehensive playground)")
+    p = sub.add_parser(COMMAND, help=HELP)
     add_config_args(p)
     p.add_argument("--batch", type=positive_int, default=1, help="max batch B_max (decode batch b = min(U, B_max))")
     p.add_argument("--users", type=positive_int, help="concurrent users U (default: the batch)")

@@ -7,9 +7,14 @@ from pathlib import Path
 from planner.cli.helpers import EXIT_OK, catalog_from, positive_int, print_json
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "import-bench"
+HELP = "convert vLLM/SGLang benchmark result JSON to measurement rows"
+
+
 def add_parser(sub) -> None:
     """Register ``planner import-bench`` on the ``planner`` subparsers."""
-    p = sub.add_parser("import-bench", help="convert vLLM/SGLang benchmark result JSON to measurement rows")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("file", help="result JSON (vLLM --save-result) or JSON lines (SGLang --output-file)")
     p.add_argument("--engine", required=True, choices=["vllm", "sglang"])
     p.add_argument("--gpu", required=True, help="catalog GPU id the benchmark ran on")

@@ -17,13 +17,6 @@ from planner.cli.helpers import (
     print_table,
 )
 from planner.errors import PlanningInputError
-from planner.simulate import (
-    DEFAULT_PREFILL_CHUNK_TOKENS,
-    DEFAULT_REQUESTS,
-    DEFAULT_WARMUP_FRACTION,
-    SCHEDULERS,
-    check_simulation_inputs,
-)
 
 #: Defaults of the seed's timeline mode (``--timeline``).
 TIMELINE_DEFAULTS = {"requests": 40, "rate_per_step": 0.5, "max_batch": 8, "output_min": 10,
@@ -59,6 +52,11 @@ _REPLICA_TABLE_KEYS = (
 )
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "simulate"
+HELP = "discrete-event simulation: one replica's p95s, or static vs continuous batching"
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
     """Create the ``simulate`` subcommand on ``subparsers`` (which builds ``planner.cli.helpers.Parser``s).
 
@@ -72,8 +70,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     argparse.ArgumentParser
         The ``simulate`` parser, with ``func=cmd_simulate``.
     """
+    # the simulator's defaults, for the help: imported when this command's flags are built only
+    from planner.simulate import DEFAULT_PREFILL_CHUNK_TOKENS, DEFAULT_REQUESTS, DEFAULT_WARMUP_FRACTION, SCHEDULERS
+
     p = subparsers.add_parser(
-        "simulate", help="discrete-event simulation: one replica's p95s, or static vs continuous batching",
+        COMMAND, help=HELP,
         description="Simulate one replica under Poisson traffic (--model/--gpu/--rate/--prompt/--output), "
                     "or with --timeline the seed's static vs continuous scheduler timeline.")
     p.add_argument("--timeline", action="store_true",
@@ -155,7 +156,8 @@ def _replica(args) -> dict:
     from planner.configs import config_arrays
     from planner.dimensions import gpus_per_replica
     from planner.serving import memory
-    from planner.simulate import simulate_replica
+    from planner.simulate import (DEFAULT_PREFILL_CHUNK_TOKENS, DEFAULT_REQUESTS, DEFAULT_WARMUP_FRACTION,
+                                  check_simulation_inputs, simulate_replica)
     from planner.traffic import parse_length_spec
 
     problems = []

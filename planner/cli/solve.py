@@ -28,9 +28,14 @@ def _confidence(text: str) -> float:
     return value
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "solve"
+HELP = "plan a deployment: minimum $/1M tokens under the SLOs"
+
+
 def add_parser(sub) -> None:
     """Register ``planner solve`` on the ``planner`` subparsers."""
-    p = sub.add_parser("solve", help="plan a deployment: minimum $/1M tokens under the SLOs")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("problem", help="problem YAML file")
     p.add_argument("--top", type=positive_int, help="how many ranked plans (default: the problem's top_k, 5)")
     p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")

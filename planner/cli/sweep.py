@@ -24,9 +24,14 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "sweep"
+HELP = "batch sweep: TPOT and throughput per batch size"
+
+
 def add_parser(sub) -> None:
     """Register ``planner sweep`` on the ``planner`` subparsers."""
-    p = sub.add_parser("sweep", help="batch sweep: TPOT and throughput per batch size")
+    p = sub.add_parser(COMMAND, help=HELP)
     add_config_args(p)
     p.add_argument("--context", type=float, required=True, help="mean context tokens per sequence")
     p.add_argument("--batches", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],

@@ -5,9 +5,14 @@ from __future__ import annotations
 from planner.cli.helpers import EXIT_OK, catalog_from, emit, positive_int
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "train"
+HELP = "training compute C = 6ND, duration, optimizer memory"
+
+
 def add_parser(sub) -> None:
     """Register ``planner train`` on the ``planner`` subparsers."""
-    p = sub.add_parser("train", help="training compute C = 6ND, duration, optimizer memory")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("--params", type=float, required=True, help="parameters N (e.g. 405e9)")
     p.add_argument("--tokens", type=float, required=True, help="training tokens D (e.g. 15.6e12)")
     p.add_argument("--gpu", required=True)

@@ -5,9 +5,14 @@ from __future__ import annotations
 from planner.cli.helpers import EXIT_OK, catalog_from, print_json, print_warnings
 
 
+#: The subcommand and its line in ``planner --help``.
+COMMAND = "validate"
+HELP = "check a problem YAML without solving it"
+
+
 def add_parser(sub) -> None:
     """Register ``planner validate`` on the ``planner`` subparsers."""
-    p = sub.add_parser("validate", help="check a problem YAML without solving it")
+    p = sub.add_parser(COMMAND, help=HELP)
     p.add_argument("problem")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_validate)
