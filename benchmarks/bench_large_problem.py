@@ -16,8 +16,9 @@ fronts, default top-k) as a whole process, interleaved with aiconfigurator 0.12'
 one-GPU-type search on its default scenario (Qwen3-32B, 8x H100, ISL 4000 / OSL 500,
 TTFT 2 s, TPOT 30 ms) when ``benchmarks/vs_aiconfigurator/.venv`` holds it
 (``bash benchmarks/vs_aiconfigurator/run.sh --quick`` installs it); it prints the median
-wall times, their ratio and the load average (the machine is shared: compare ratios from
-one run, not wall times across runs).
+wall times, their ratio, the median CPU times (user + sys, children included) and the load
+average (the machine is shared: compare ratios from one run, or CPU times, not wall times
+across runs).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -68,13 +70,22 @@ def spec(points: int) -> ProblemSpec:
     return ProblemSpec.model_validate(spec_dict(points))
 
 
-def _timed(cmd: list[str]) -> float:
+def _timed(cmd: list[str]) -> tuple[float, float]:
+    """Wall time and CPU time (user + sys of the process and its children) of one run [s]."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         sys.exit(f"{cmd[0]} failed (exit {proc.returncode}): {proc.stderr[-500:]}")
-    return wall
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _summary(runs: list[tuple[float, float]]) -> str:
+    walls, cpus = [w for w, _ in runs], [c for _, c in runs]
+    return (f"median {statistics.median(walls):.1f} s of {[round(x, 1) for x in walls]} "
+            f"(CPU user+sys median {statistics.median(cpus):.1f} s)")
 
 
 def cli_mode(reps: int) -> None:
@@ -97,11 +108,10 @@ def cli_mode(reps: int) -> None:
         load_end = os.getloadavg()
     fronts = sorted({p["front"] for p in doc["pareto"]})
     print(f"planner solve --json (default fronts: {len(doc['pareto'])} points, fronts {', '.join(fronts)}): "
-          f"median {statistics.median(ours):.1f} s of {[round(x, 1) for x in ours]}; timings {doc['timings_s']}")
+          f"{_summary(ours)}; timings {doc['timings_s']}")
     if aic:
-        ratio = statistics.median(ours) / statistics.median(aic)
-        print(f"aiconfigurator cli default (one GPU type): median {statistics.median(aic):.1f} s of "
-              f"{[round(x, 1) for x in aic]}")
+        ratio = statistics.median(w for w, _ in ours) / statistics.median(w for w, _ in aic)
+        print(f"aiconfigurator cli default (one GPU type): {_summary(aic)}")
         print(f"ratio planner / aiconfigurator: {ratio:.2f} (target <= 0.5)")
     else:
         print(f"aiconfigurator not installed at {AIC_BIN}: no paired timing")

@@ -1,21 +1,15 @@
 """Cost vs p95 latency fronts by epsilon-constraint re-solves (mixed and per GPU type).
 
 For a target t on p95 TPOT (or TTFT), every workload's SLO becomes min(SLO, t), the
-capacities at SLO of the candidates are recomputed exactly (the same bisection as the
-search, :func:`planner.serving.queueing.capacity_at_slo`), and the minimum-cost plan is
-solved again: once over all GPU types (the mixed front) and once per GPU type.
+capacities at SLO of the candidates are recomputed exactly (:mod:`planner.front_capacity`:
+the front pool, its occupancy curves, bounds, dominance and the exact bisection of the
+survivors), and the minimum-cost plan is solved again: once over all GPU types (the mixed
+front) and once per GPU type.
 
-Speed (issue 19): the fronts consider a pool of candidates, per configuration the one
-with the largest feasible max batch (:func:`front_pool`: more slots never lower a
-capacity). Occupancy curves of the pool are computed once per sweep; at each target they
-bound every capacity from below and above (:func:`_capacity_bounds`); a candidate that a
-strong candidate (exact capacity) beats even on those bounds is dropped
-(:func:`_survivors`), and only the survivors' capacities are bisected. Where a
-candidate's own p95 at its SLO capacity already meets the target its capacity is the
-search's (the bisection takes the same steps). At the problem's own SLOs the mixed point
-is the plan's optimum. Targets start at the knee (:func:`knee_target`); each point is warm-
-started with the next looser point's plan (reused outright when it still holds); the two
-metrics' sweeps run in parallel processes when the CPUs allow. Roles: docs/serving-model.md 14.5.
+At the problem's own SLOs the mixed point is the plan's optimum. Targets start at the knee
+(:func:`knee_target`); each point is warm-started with the next looser point's plan (reused
+outright when it still holds); the two metrics' sweeps run in parallel processes when the
+CPUs allow. Roles: docs/serving-model.md 14.5.
 """
 
 from __future__ import annotations
@@ -27,15 +21,14 @@ import numpy as np
 import pandas as pd
 
 from planner import dimensions
+from planner.front_capacity import Curves, Exact, capacity_bounds, front_slos, survivor_sets
 from planner.margins import Margins
 from planner.optimize import SolveStatus, solve
 from planner.optimize.check import check_plan
 from planner.parameters import ProblemParams
 from planner.planning import planning_instance, usd_per_million_tokens
-from planner.optimize.prune import candidate_blocks, candidate_roles
 from planner.problem import Problem
-from planner.search import workload_arrays, workload_capacity
-from planner.serving.queueing import TrafficArrays, capacity_from_curve, occupancy_curve
+from planner.serving.queueing import capacity_from_curve
 
 METRICS = ("tpot_p95_s", "ttft_p95_s")
 #: ``optimize.fronts`` / ``--fronts``: which fronts a solve computes.
@@ -48,205 +41,15 @@ KNEE_ELASTICITY = 3.0
 KNEE_GRID_POINTS = 32
 #: The knee grid starts this much above the fastest latency any candidate reaches.
 KNEE_GRID_START_MARGIN = 1.001
-#: Points of the occupancy curves the capacity bounds are read from (quadratic grid).
-FRONT_CURVE_POINTS = 16
-#: Block of rows per dominance test (memory: block x strong rows x workloads booleans).
-DOMINANCE_BLOCK = 512
-#: Candidates per workload (best lower bound of capacity per price) that may dominate others.
-STRONG_PER_WORKLOAD = 32
 #: Fronts solved in parallel processes (one per metric) when at least this many CP-SAT
 #: points are expected and more than one CPU is available.
 PARALLEL_MIN_POINTS = 8
 
 
-# ----------------------------------------------------------------------------- curves
-
-
-def front_pool(feasible: pd.DataFrame) -> np.ndarray:
-    """Positions of the candidates the fronts consider: per configuration (model, GPU, TP,
-    PP, formats), the feasible one with the largest max batch that serves some workload.
-
-    A larger max batch only adds slots at the same price: at every occupancy its p95s are
-    at most those of a smaller one (the decode step does not depend on the slot count), so
-    its capacity at any target is at least as large, up to the bisection's resolution.
-    """
-    caps = feasible[[c for c in feasible.columns if c.startswith("capacity_per_s[")]].to_numpy(float)
-    serving = np.flatnonzero((caps > 0).any(axis=1))
-    keys = [n for n in dimensions.NAMES if n != "max_batch"]
-    codes = dimensions.CandidateTable(feasible).take(serving).factorize(keys)[0]
-    batch = feasible["max_batch"].to_numpy()[serving]
-    order = np.lexsort((serving, -batch, codes))
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = codes[order][1:] != codes[order][:-1]
-    return np.sort(serving[order[first]])
-
-
-class _Curves:
-    """Occupancy curves of the front pool's candidates that serve each workload at its SLO.
-
-    ``pool``: the rows of ``feasible`` considered (:func:`front_pool`); ``rows[w]``:
-    positions into ``pool`` of the candidates of workload w with capacity > 0 at the
-    problem's SLO (a tighter target can only lower a capacity).
-    """
-
-    def __init__(self, problem: Problem, feasible: pd.DataFrame, params: ProblemParams):
-        self.problem, self.feasible, self.params = problem, feasible, params
-        self.pool = front_pool(feasible)
-        self.frame = feasible.iloc[self.pool]
-        self.names = [w.name for w in problem.workloads]
-        self.rows, self.curves = {}, {}
-        self.used, self.optimum = (), None
-        for w in problem.workloads:
-            cap = self.frame[f"capacity_per_s[{w.name}]"].to_numpy(float)
-            both = candidate_roles(self.frame) == "both"  # role rows: no curve (_capacity_bounds)
-            pos = np.flatnonzero((self.frame["model"].to_numpy() == w.model) & (cap > 0) & both)
-            if not len(pos):
-                continue
-            rows = self.frame.iloc[pos]
-            traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-            self.rows[w.name] = pos
-            self.curves[w.name] = occupancy_curve(workload_arrays(problem, rows, w), params.of(rows),
-                                                  traffic, FRONT_CURVE_POINTS)
-
-    def fastest(self, metric: str) -> float:
-        """The smallest target at which every workload still has some candidate (trickle load)."""
-        worst = 0.0
-        for curve in self.curves.values():
-            worst = max(worst, float(np.nanmin(curve[metric][:, 0])))
-        return worst
-
-
-def _slos(workload, metric: str, target_s: float) -> tuple[float, float]:
-    ttft, tpot = workload.slo.ttft_p95_s, workload.slo.tpot_p95_s
-    if metric == "tpot_p95_s":
-        return ttft, min(tpot, target_s)
-    return min(ttft, target_s), tpot
-
-
-def _capacity_bounds(curves: _Curves, metric: str, target_s: float) -> tuple[np.ndarray, np.ndarray]:
-    """Lower and upper bounds (pool rows x workloads) of the pool's exact capacities.
-
-    Where a curve's p95s increase with the occupancy n (docs/serving-model.md 9.2) its feasible grid
-    points are a prefix; the bisection's n* lies within one bisection step below the
-    first crossing, so above the grid point before the last feasible one and below the
-    first infeasible one, and rates increase with n. Elsewhere the bounds are 0 and the
-    capacity at the SLO. Candidates whose p95 at the SLO capacity meets the target keep
-    that capacity exactly.
-    """
-    frame = curves.frame
-    lo = np.zeros((len(frame), len(curves.names)))
-    hi = np.zeros_like(lo)
-    roles = candidate_roles(frame) != "both"  # their capacity at the SLO bounds a tighter target's
-    for k, w in enumerate(curves.problem.workloads):
-        hi[roles, k] = frame[f"capacity_per_s[{w.name}]"].to_numpy(float)[roles]
-        if w.name not in curves.rows:
-            continue
-        pos, curve = curves.rows[w.name], curves.curves[w.name]
-        exact = frame[f"capacity_per_s[{w.name}]"].to_numpy(float)[pos]
-        own = frame[f"{metric}[{w.name}]"].to_numpy(float)[pos]
-        # central p95s against the SLOs the confidence margin leaves (planner.margins)
-        ttft, tpot = Margins.of(curves.problem).slos(*_slos(w, metric, target_s))
-        p_ttft, p_tpot, rate_raw = curve["ttft_p95_s"], curve["tpot_p95_s"], curve["rate_per_s"]
-        with np.errstate(invalid="ignore"):
-            monotone = ((np.diff(p_ttft, axis=1) >= 0) & (np.diff(p_tpot, axis=1) >= 0)
-                        & ~(np.diff(rate_raw, axis=1) < 0)).all(axis=1)
-        good = (p_ttft <= ttft) & (p_tpot <= tpot)
-        points = good.shape[1]
-        last = np.where(good.any(axis=1), points - 1 - np.argmax(good[:, ::-1], axis=1), -1)
-        rows = np.arange(len(pos))
-        rate = np.nan_to_num(rate_raw, nan=0.0)
-        below = np.where(last >= 1, rate[rows, np.clip(last - 1, 0, None)], 0.0)
-        above_rate = rate_raw[rows, np.clip(last + 1, 0, points - 1)]
-        above = np.where((last < points - 1) & np.isfinite(above_rate), above_rate, exact)
-        above = np.where(last < 0, 0.0, np.minimum(above, exact))
-        unchanged = own <= (tpot if metric == "tpot_p95_s" else ttft)
-        lo[pos, k] = np.where(unchanged, exact, np.where(monotone, np.minimum(below, above), 0.0))
-        hi[pos, k] = np.where(unchanged, exact, np.where(monotone, above, exact))
-    return lo, hi
-
-
-def _survivors(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, limited: set, gpu: str | None,
-               exact: "_Exact") -> np.ndarray:
-    """Pool positions a minimum-cost plan may need at this target (all GPU types, or one).
-
-    A strong set (for each workload the ``STRONG_PER_WORKLOAD`` best lower bounds, and
-    as many best lower bounds per price), whose exact capacities are computed, is always kept; another candidate j
-    is dropped when a strong i beats it for sure: exact capacities of i >= upper bounds
-    of j on every workload, price_i <=
-    price_j, and either i's GPU type has no inventory limit (mixed front) or i has the
-    same type and at most j's GPUs per replica. Replacing j's replicas by as many of i's
-    then keeps every constraint at no higher cost, so no optimum needs j.
-    """
-    types = frame["gpu"].to_numpy()
-    live = (hi > 0).any(axis=1)
-    if gpu is not None:
-        live &= types == gpu
-    idx = np.flatnonzero(live)
-    if not len(idx):
-        return idx
-    price = frame["usd_per_replica_hour"].to_numpy(float)[idx]
-    gpus = frame["gpus"].to_numpy(float)[idx]
-    t, role = types[idx], candidate_blocks(frame)[idx]
-    strong = set()
-    for k in range(lo.shape[1]):
-        for value in (lo[idx, k] / price, lo[idx, k]):
-            if (value > 0).any():
-                strong.update(np.argsort(-value, kind="stable")[:STRONG_PER_WORKLOAD].tolist())
-    s = np.array(sorted(strong), dtype=int)
-    free = ~np.isin(t[s], list(limited)) if gpu is None else np.zeros(len(s), dtype=bool)
-    dropped = np.zeros(len(idx), dtype=bool)
-    ls = exact.capacities(idx[s]).to_numpy()
-    for start in range(0, len(idx), DOMINANCE_BLOCK):
-        stop = min(start + DOMINANCE_BLOCK, len(idx))
-        ge = (ls[None, :, :] >= hi[idx[start:stop], None, :]).all(axis=2)
-        cheaper = price[s][None, :] <= price[start:stop, None]
-        swap = free[None, :] | ((t[s][None, :] == t[start:stop, None]) & (gpus[s][None, :] <= gpus[start:stop, None]))
-        swap &= role[s][None, :] == role[start:stop, None]  # never a role or pool for another
-        dropped[start:stop] = (ge & cheaper & swap).any(axis=1)
-    dropped[s] = False
-    return idx[~dropped]
-
-
-class _Exact:
-    """Exact capacities at one target, computed once per pool row when first needed."""
-
-    def __init__(self, curves: _Curves, metric: str, target_s: float):
-        self.curves, self.metric, self.target_s = curves, metric, target_s
-        self.values = np.full((len(curves.frame), len(curves.names)), np.nan)
-
-    def capacities(self, positions: np.ndarray) -> pd.DataFrame:
-        missing = positions[np.isnan(self.values[positions, 0])]
-        if len(missing):
-            self.values[missing] = self._compute(missing)
-        frame = self.curves.frame
-        return pd.DataFrame(self.values[positions], index=frame.index[positions], columns=self.curves.names)
-
-    def _compute(self, positions: np.ndarray) -> np.ndarray:
-        """Capacities at min(SLO, target) (the search's bisection where the target binds)."""
-        problem, rows = self.curves.problem, self.curves.frame.iloc[positions]
-        out = np.zeros((len(positions), len(self.curves.names)))
-        margins = Margins.of(problem)
-        for k, w in enumerate(problem.workloads):
-            if w.name not in self.curves.rows:
-                continue
-            exact = rows[f"capacity_per_s[{w.name}]"].to_numpy(float)
-            own = rows[f"{self.metric}[{w.name}]"].to_numpy(float)
-            ttft, tpot = _slos(w, self.metric, self.target_s)
-            held_ttft, held_tpot = margins.slos(ttft, tpot)
-            bind = np.flatnonzero((exact > 0) & ~(own <= (held_tpot if self.metric == "tpot_p95_s" else held_ttft)))
-            out[:, k] = exact
-            if len(bind):
-                sub = rows.iloc[bind]
-                got = workload_capacity(problem, sub, w, self.curves.params.of(sub),
-                                        tpot_cap_s=tpot, ttft_cap_s=ttft, margins=margins)
-                out[bind, k] = got["max_rate_per_s"]
-        return out
-
-
 # ----------------------------------------------------------------------------- targets
 
 
-def knee_target(problem: Problem, curves: _Curves, metric: str, elasticity: float = KNEE_ELASTICITY) -> float:
+def knee_target(problem: Problem, curves: Curves, metric: str, elasticity: float = KNEE_ELASTICITY) -> float:
     """The tightest target before the cost explodes (the fronts' first point).
 
     On a geometric grid from just above the fastest reachable p95 to the loosest SLO,
@@ -268,7 +71,7 @@ def knee_target(problem: Problem, curves: _Curves, metric: str, elasticity: floa
             continue
         pos, curve = curves.rows[w.name], curves.curves[w.name]
         for i, t in enumerate(grid):
-            ttft, tpot = _slos(w, metric, float(t))
+            ttft, tpot = front_slos(w, metric, float(t))
             cap = margins.planned_capacity(lambda a, b, curve=curve: capacity_from_curve(curve, a, b), ttft, tpot)
             with np.errstate(divide="ignore"):
                 per_unit = np.where(cap > 0, price[pos] / np.where(cap > 0, cap, 1.0), np.inf)
@@ -283,7 +86,7 @@ def knee_target(problem: Problem, curves: _Curves, metric: str, elasticity: floa
     return knee
 
 
-def targets(problem: Problem, curves: _Curves, metric: str, points: int) -> np.ndarray:
+def targets(problem: Problem, curves: Curves, metric: str, points: int) -> np.ndarray:
     """Geometric grid of ``points`` targets from the knee to the loosest SLO."""
     loosest = max(getattr(w.slo, metric) for w in problem.workloads)
     knee = knee_target(problem, curves, metric, problem.spec.optimize.front_knee_elasticity)
@@ -349,31 +152,34 @@ def _tightens_nothing(problem: Problem, metric: str, target_s: float) -> bool:
     return all(target_s >= getattr(w.slo, metric) for w in problem.workloads)
 
 
-def _sweep(problem: Problem, curves: _Curves, options, metric: str, points: int, gpu_fronts) -> list[dict]:
+def _sweep(problem: Problem, curves: Curves, options, metric: str, points: int, gpu_fronts) -> list[dict]:
     """One metric's fronts, loosest target first: the mixed front, then the GPU types'.
 
     ``gpu_fronts``: a list of GPU ids, or ``"used"``: the GPU types of ``curves.used``
     (the ranked plans') and of the mixed front's points. At a target no tighter than any
     SLO the mixed point is the plan's own optimum (``curves.optimum``) or solved over every
-    feasible candidate, as the plan is.
+    feasible candidate, as the plan is. The exact capacities of all the mixed points are
+    computed together (:func:`planner.front_capacity.survivor_sets`), then those of all
+    the GPU types' points.
     """
     frame = curves.frame
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    rows, previous, points_at = [], None, []
-    for target in targets(problem, curves, metric, points)[::-1]:
-        target = float(target)
-        lo, hi = _capacity_bounds(curves, metric, target)
-        exact = _Exact(curves, metric, target)
-        points_at.append((target, lo, hi, exact))
-        if _tightens_nothing(problem, metric, target) and curves.optimum is not None:
+    grid = [float(t) for t in targets(problem, curves, metric, points)[::-1]]
+    bounds = [capacity_bounds(curves, metric, t) for t in grid]
+    exact = Exact(curves, metric, grid)
+    tight = [i for i, t in enumerate(grid) if not _tightens_nothing(problem, metric, t)]
+    subs = survivor_sets(curves, bounds, limited, exact, [(None, i) for i in tight])
+    rows, previous = [], None
+    for i, target in enumerate(grid):
+        if (None, i) not in subs and curves.optimum is not None:
             status, plan = str(SolveStatus.OPTIMAL), curves.optimum
             sub = None
         else:
-            if _tightens_nothing(problem, metric, target):
+            if (None, i) not in subs:
                 sub = None
                 instance = planning_instance(problem, curves.feasible)
             else:
-                sub = exact.capacities(_survivors(frame, lo, hi, limited, None, exact))
+                sub = subs[None, i]
                 instance = planning_instance(problem, frame.loc[sub.index], sub) if len(sub) else None
             status, plan = _solve_point(instance, options, previous)
         previous = (status, plan)
@@ -384,10 +190,11 @@ def _sweep(problem: Problem, curves: _Curves, options, metric: str, points: int,
         for r in rows:
             used |= {d.split()[1] for d in r["deployments"].split("; ") if d}
         gpu_fronts = sorted(used)
+    subs = survivor_sets(curves, bounds, limited, exact, [(g, i) for g in gpu_fronts for i in range(len(grid))])
     for gpu in gpu_fronts:
         prev = None
-        for target, lo, hi, exact in points_at:
-            sub = exact.capacities(_survivors(frame, lo, hi, limited, gpu, exact))
+        for i, target in enumerate(grid):
+            sub = subs[gpu, i]
             instance = planning_instance(problem, frame.loc[sub.index], sub) if len(sub) else None
             status, plan = _solve_point(instance, options, prev)
             prev = (status, plan)
@@ -437,7 +244,7 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, params: ProblemPar
     options = replace(options, prove_unique_plan=prove_unique_plan, canonical_routing=False,
                       num_workers=options.num_workers if prove_unique_plan else 1)
     feasible = candidates[candidates["feasible"]]
-    curves = _Curves(problem, feasible, params)
+    curves = Curves(problem, feasible, params)
     curves.used, curves.optimum = tuple(used_gpus), optimum
     gpu_fronts = {"mixed": [], "used": "used", "all": sorted(curves.frame["gpu"].unique())}[mode]
     jobs = [(problem, curves, options, m, points, gpu_fronts) for m in metrics]

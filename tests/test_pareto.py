@@ -58,11 +58,43 @@ def test_front_points_equal_proven_solves_of_the_tightened_problem(solved, tmp_p
             assert row.usd_per_hour == pytest.approx(proven.best.usd_per_hour, rel=1e-9), (metric, row.target_s)
 
 
+def _proven_cost(tmp_path, spec):
+    """The proven optimum of ``spec`` (None when infeasible)."""
+    proven = plan(load_problem(_write(tmp_path, spec, "proven.yaml")), pareto=False, top_k=1)
+    assert proven.solver["status"] in ("optimal", "infeasible")
+    return proven.best.usd_per_hour if proven.best is not None else None
+
+
+def test_gpu_front_points_equal_proven_solves_on_that_gpu_alone(tmp_path):
+    """Every per-GPU-type point (batched exact capacities, dominance on bounds) costs what
+    an independent proven solve of the problem on that GPU type alone, its SLO tightened
+    to the point's target, costs; and the mixed front is never dearer."""
+    spec = json.loads(json.dumps(SPEC))
+    spec["workloads"] = spec["workloads"][:1]
+    spec["optimize"] = {"pareto_points": 3, "top_k": 1, "fronts": "all"}
+    fronts = plan(load_problem(_write(tmp_path, spec))).pareto
+    assert set(fronts["front"]) == {"mixed", "l40s", "h100-sxm"}
+    metric = "tpot_p95_s"
+    points = fronts[fronts["metric"] == metric]
+    mixed = points[points["front"] == "mixed"].set_index("target_s")["usd_per_hour"]
+    for row in points[points["front"] != "mixed"].itertuples():
+        one = json.loads(json.dumps(spec))
+        one["search"]["gpus"] = [row.front]
+        one["workloads"][0]["slo"][metric] = min(one["workloads"][0]["slo"][metric], row.target_s)
+        cost = _proven_cost(tmp_path, one)
+        if cost is None:
+            assert row.status == "infeasible" and row.binding.startswith("latency target"), row
+        else:
+            assert row.status == "optimal" and row.usd_per_hour == pytest.approx(cost, rel=1e-9), row
+            assert mixed[row.target_s] <= row.usd_per_hour + 1e-9
+
+
 def test_fronts_start_at_the_knee(solved):
-    from planner.pareto import KNEE_GRID_START_MARGIN, _Curves
+    from planner.front_capacity import Curves
+    from planner.pareto import KNEE_GRID_START_MARGIN
 
     feasible = solved.candidates[solved.candidates["feasible"]]
-    curves = _Curves(solved.problem, feasible, solved.params)
+    curves = Curves(solved.problem, feasible, solved.params)
     for metric in ("tpot_p95_s", "ttft_p95_s"):
         tightest = solved.pareto[solved.pareto["metric"] == metric]["target_s"].min()
         # Above the fastest reachable p95 (every point is feasible), below the loosest SLO.

@@ -27,6 +27,13 @@ from planner.optimize.solve import Plan, SolveResult, read_plan, run_solver
 MIN_ALTERNATIVE_LOAD_FRACTION = 0.05
 #: Most distinct deployed sets at the optimal cost compared by latency for rank 1.
 EQUAL_COST_PLANS_LIMIT = 8
+#: CP-SAT workers of every solve after the first (the rest of the equal-cost face and the
+#: alternatives), at most the options' ``num_workers``. Each of those plans is the canonical
+#: one (proven lexicographic tie-break), so the worker count changes only the time: one
+#: worker spends the least CPU time (issue 19: about 2.5x less than 8 workers on the large
+#: benchmark problem). Only with ``prove_unique_plan`` and canonical routing; the first
+#: solve keeps the options' workers.
+ALTERNATIVE_WORKERS = 1
 # Tolerance of the load check on read-back plans (the solver's load rows are exact or
 # conservative; this absorbs float rounding of rate / capacity only).
 _LOAD_CHECK_TOLERANCE = 1e-9
@@ -62,7 +69,7 @@ class FoundPlan:
 def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions = SolverOptions(), *,
                       min_load_fraction: float = MIN_ALTERNATIVE_LOAD_FRACTION,
                       face_limit: int = EQUAL_COST_PLANS_LIMIT, statuses: list | None = None,
-                      built: BuiltModel | None = None) -> list[FoundPlan]:
+                      built: BuiltModel | None = None, workers: int = ALTERNATIVE_WORKERS) -> list[FoundPlan]:
     """The optimum, its equal-cost face, and enough admissible alternatives for k ranks.
 
     Parameters
@@ -81,6 +88,8 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     built : BuiltModel, optional
         The instance's model (:func:`build_model`), when the caller built it already (to
         report its pruning); built here otherwise.
+    workers : int, default ALTERNATIVE_WORKERS
+        Most CP-SAT workers of the solves after the first (when every plan is canonical).
 
     Returns
     -------
@@ -106,6 +115,8 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     if face_limit < 1:
         raise ValueError(f"face_limit must be >= 1, got {face_limit}")
     built = built if built is not None else build_model(instance)
+    later = (replace(options, num_workers=max(1, min(options.num_workers, workers)))
+             if options.prove_unique_plan and options.canonical_routing else options)
     ids = list(built.use.index)
     plain = built.model.clone()
     loaded: cp_model.CpModel | None = None
@@ -128,7 +139,7 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
             loaded = plain.clone()
             _add_min_load(loaded, built, min_load_fraction)
         model = plain if forced or not found else loaded
-        result = run_solver(replace(built, model=model), options)
+        result = run_solver(replace(built, model=model), later if found else options)
         if statuses is not None:
             statuses.append(result)
         if result.status == SolveStatus.INFEASIBLE and model is loaded:
