@@ -1,16 +1,18 @@
 """Accuracy of the serving model on the reference measurements; writes docs/accuracy.md.
 
     python benchmarks/bench_accuracy.py [--out docs/accuracy.md] [--calibration default|PATH]
-        [--folds 5] [--no-cv] [--cv-json PATH] [--files CSV ...]
+        [--folds 5] [--no-cv] [--cv-json PATH] [--cv-parts DIR [--cv-partial]] [--files CSV ...]
 
 One command regenerates ``docs/accuracy.md``: it scores every measurement file of
 ``benchmarks/data`` with the seeds' parameters and with the calibration, runs the
 cross-validation schemes of :mod:`planner.calibration_cv` (the (model, GPU) scheme's
 numbers come from the calibration's own ``--cv`` run when it has them; ``campaign`` and
-``gpu`` are run here, about 4 minutes per fold), and fills ``benchmarks/accuracy_template.md``
-(the prose) with the tables. ``--cv-json`` stores the cross-validation results (and reuses
-them when the file exists: delete it to rerun); ``--no-cv`` leaves those tables out. Wall
-time of each step goes to stderr.
+``gpu`` are run here leaving one group out, 41 fits of about 50 CPU seconds each), and fills
+``benchmarks/accuracy_template.md`` (the prose) with the tables. ``--cv-json`` stores the
+cross-validation results (and reuses them when the file exists: delete it to rerun);
+``--cv-parts`` stores each leave-one-out fold as it is done (a run resumes), ``--cv-partial``
+reports the folds stored there without running the others; ``--no-cv`` leaves those tables
+out. Wall time of each step goes to stderr.
 """
 
 from __future__ import annotations
@@ -293,7 +295,27 @@ def cv_tables(results: dict) -> tuple[str, bool]:
             + "\n\nPer fold (per held-out group in the leave-one-out schemes): median APE % of the held-out "
               "rows (mean/median statistics), in → out of fold (in: the same rows as training rows of "
               "the other folds' fits, pooled; the (model, GPU) folds store the out-of-fold value only):\n\n"
-            + md_table(["scheme", "fold", "held out", "rows"] + [f"{fam} in → out" for fam in FAMS], per_fold)), ok_all
+            + md_table(["scheme", "fold", "held out", "rows"] + [f"{fam} in → out" for fam in FAMS], per_fold)
+            + "\n\n" + "\n".join(_gap_lines(results))), ok_all
+
+
+def _gap_lines(results: dict) -> list:
+    """Per leave-one-out scheme, the held-out groups whose own gap (out of fold minus their
+    in-fold error) exceeds the target for TPOT or throughput, largest first."""
+    lines = []
+    for scheme, cv in results.items():
+        if scheme not in LEAVE_ONE_OUT:
+            continue
+        over = []
+        for f in cv.get("per_fold", []):
+            inside, out = f.get("held_out_in_fold_median_ape_pct", {}), f["out_of_fold_median_ape_pct"]
+            gaps = {fam: out[fam] - inside[fam] for fam in GAP_TARGET if fam in out and fam in inside}
+            if any(g > GAP_TARGET[fam] for fam, g in gaps.items()):
+                over.append((max(gaps.values()), f"{', '.join(f['held_out'])} ({f.get('rows', '')} rows: "
+                             + ", ".join(f"{fam} {g:+.1f}" for fam, g in sorted(gaps.items())) + ")"))
+        text = "; ".join(t for _, t in sorted(over, reverse=True)) or "none"
+        lines.append(f"* {scheme}: held-out groups whose own gap exceeds 8 points: {text}.")
+    return lines
 
 
 def _load_json(path) -> dict:
@@ -306,7 +328,7 @@ def run_scheme(catalog, rows, scheme: str, folds: int, only=None, parts_dir: Pat
     stored in / reused from ``parts_dir`` (``<scheme>-<fold>.json``: a long run resumes);
     the others in ``folds`` folds at once. ``only``: run these folds alone."""
     if scheme not in LEAVE_ONE_OUT:
-        return [run_folds(catalog, rows, folds, FitOptions(), scheme=scheme, only=only)]
+        return [run_folds(catalog, rows, folds, FitOptions(), scheme=scheme, only=only)] if only != [] else []
     parts = []
     for k in range(group_count(rows, scheme)):
         path = parts_dir / f"{scheme}-{k}.json" if parts_dir else None
@@ -340,7 +362,7 @@ def run_cv(catalog, rows, calibration, folds: int, caches: list, schemes=tuple(S
     for scheme in schemes:
         if scheme in results:
             continue
-        if scheme in stored:
+        if scheme in stored and scheme not in LEAVE_ONE_OUT:   # the calibration's own K folds
             results[scheme] = {**stored[scheme], "scheme": scheme, "per_fold": stored[scheme].get("per_fold", [])}
             continue
         t = time.perf_counter()
@@ -380,6 +402,9 @@ def main() -> None:
     ap.add_argument("--only-folds", help="with --cv-only: run these folds (e.g. 0,2,4) and store the parts")
     ap.add_argument("--cv-parts", type=Path,
                     help="store / reuse each leave-one-out fold here (<scheme>-<fold>.json): a long run resumes")
+    ap.add_argument("--cv-partial", action="store_true",
+                    help="with --cv-parts: report the leave-one-out folds stored there and run none (the "
+                         "document then says how many of the folds were run)")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "accuracy.md")
     ap.add_argument("--cv-only", nargs="+", choices=list(SCHEMES), metavar="SCHEME",
                     help="only run these cross-validation schemes into --cv-json (no document)")
@@ -430,7 +455,7 @@ def main() -> None:
     else:
         rows, _ = prepare_rows(measurements, catalog)
         results = run_cv(catalog, add_families(rows), calibration, args.folds, args.cv_json, args.schemes,
-                         parts_dir=args.cv_parts)
+                         only=[] if args.cv_partial else None, parts_dir=args.cv_parts)
         table, ok = cv_tables(results)
         parts["cross_validation"], parts["cv_ok"] = table, "hold" if ok else "do **not** all hold"
     text = fill(TEMPLATE.read_text(), parts)

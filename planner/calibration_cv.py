@@ -34,6 +34,20 @@ log = logging.getLogger(__name__)
 #: take hours. In-fold and out-of-fold errors come from the same fold fits, so the gap
 #: compares like with like.
 CV_ITERATIONS, CV_ROUNDS = 8, 2
+#: The fitted tables of a :class:`~planner.calibration.Calibration` a fold part stores.
+FITTED_TABLES = ("default", "gpus", "engines", "releases", "maths", "models", "campaigns")
+
+
+def calibration_of_part(part: dict, fold, catalog):
+    """The calibration fitted in fold ``fold`` of a :func:`run_folds` part (its priors from
+    today's rule, :func:`planner.calibration_fit.gpu_priors`)."""
+    from planner.calibration import Calibration
+    from planner.calibration_fit import gpu_priors
+
+    tables = part["parts"][str(fold)]["calibration"]
+    return Calibration(**tables, gpu_priors=gpu_priors(catalog, tables["gpus"]))
+
+
 #: Fold scheme -> the row columns whose distinct values are held out together.
 SCHEMES = {"model_gpu": ("model", "gpu"), "campaign": ("campaign",), "gpu": ("gpu",)}
 #: Schemes reported leave-one-group-out: every campaign / GPU held out once, alone, each
@@ -115,7 +129,10 @@ def run_folds(catalog, rows: pd.DataFrame, folds: int = 5, options: FitOptions |
         pred_test = predict_calibrated(catalog, rows[test].reset_index(drop=True), cal, base)
         out["parts"][str(k)] = {
             "held_out": sorted(rows.loc[test, list(by)].astype(str).agg("|".join, axis=1).unique()),
-            "train": dict(zip(ids[train], pred_train.tolist())), "test": dict(zip(ids[test], pred_test.tolist()))}
+            "train": dict(zip(ids[train], pred_train.tolist())), "test": dict(zip(ids[test], pred_test.tolist())),
+            # the fold's fitted values, unrounded (calibration_from_parts): its held-out rows can
+            # be predicted again, e.g. under another prior rule, without refitting
+            "calibration": {name: getattr(cal, name) for name in FITTED_TABLES}}
         log.info("%s fold %d/%d done", scheme, k + 1, int(fold.max()) + 1)
     return out
 
