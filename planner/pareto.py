@@ -224,7 +224,7 @@ def pareto_fronts(problem: Problem, candidates: pd.DataFrame, params: ProblemPar
 
     ``fronts`` (default: ``per_gpu``; ``True`` is ``"all"``, ``False`` is ``"mixed"``):
     ``"mixed"`` computes the mixed fronts only, ``"used"`` adds the per-GPU-type fronts of
-    the GPU types in ``used_gpus`` (the ranked plans') or in some mixed-front point,
+    the GPU types in ``used_gpus`` (the ranked plans') or in some mixed-front point of that metric,
     ``"all"`` those of every feasible GPU type, ``"none"`` nothing. ``optimum``: the plan's
     own optimal plan (a ``Plan`` or ranked plan), the mixed point at the problem's SLOs.
 
