@@ -184,9 +184,10 @@ def hardware_table(calibration, catalog) -> str:
 
 def borrow_table(catalog, calibration, rows) -> str:
     """Per measured GPU: the median APE % (TPOT, throughput; mean/median rows) of its rows with
-    its own hardware values, and with those it borrows when it is held out (the rule,
-    ``calibration_fit.gpu_priors``: same architecture first) or would borrow by memory
-    technology alone: which prior transfers (shipped calibration, nothing refitted)."""
+    its own hardware values, with those it borrows when it is held out (the rule,
+    ``calibration_fit.gpu_priors``: same architecture first), the same but its own all-reduce
+    latency, and those it would borrow by memory technology alone: which prior transfers
+    (shipped calibration, nothing refitted)."""
     from dataclasses import replace
 
     from planner.accuracy import predict_calibrated
@@ -198,9 +199,11 @@ def borrow_table(catalog, calibration, rows) -> str:
         part = rows[rows["gpu"] == gid].reset_index(drop=True)
         others = [g for g in calibration.gpus if g != gid]
         cells = []
-        for source in (gid, gpu_priors(catalog, others)[gid]["borrowed_from"],
-                       gpu_priors(catalog, others, keys=("memory_technology",))[gid]["borrowed_from"]):
-            gpus = {**calibration.gpus, gid: calibration.gpus[source]}
+        rule = gpu_priors(catalog, others)[gid]["borrowed_from"]
+        own_tau = {"allreduce_latency_nvlink_s": calibration.gpus[gid]["allreduce_latency_nvlink_s"]}
+        for source, keep in ((gid, {}), (rule, {}), (rule, own_tau),
+                             (gpu_priors(catalog, others, keys=("memory_technology",))[gid]["borrowed_from"], {})):
+            gpus = {**calibration.gpus, gid: {**calibration.gpus[source], **keep}}
             pred = predict_calibrated(catalog, part, replace(calibration, gpus=gpus))
             med = family_medians(part, np.abs(pred - part["value"]) / part["value"] * 100)
             cells.append(f"{source}: {_cell(med.get('tpot_itl', np.nan)) or '–'} / "
@@ -208,7 +211,8 @@ def borrow_table(catalog, calibration, rows) -> str:
         g = catalog.gpu(gid)
         out.append([gid, g.architecture, g.memory_technology, len(central(part))] + cells)
     return md_table(["GPU", "architecture", "memory", "rows", "own values: TPOT / throughput median APE %",
-                     "held out, the rule borrows (same architecture first)", "by memory technology alone"], out)
+                     "held out, the rule borrows (same architecture first)",
+                     "the same, with its own all-reduce latency", "by memory technology alone"], out)
 
 
 def decode_ratio_table(catalog, calibration_spec: str, calibration) -> str:
