@@ -21,29 +21,30 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class FitOptions:
-    """Settings of :func:`fit_calibration`.
+    """Settings of :func:`fit_calibration`: the levels and when a group gets its own values,
+    which parameters vary per engine, then the loss and the search.
 
-    min_rows: rows a group needs for its own values; min_other: distinct values of the
-    other factor a group needs (models per GPU, GPUs per engine, GPUs per model), so that
-    the factors separate (a parameter's own ``ParamSpec.min_other`` overrides it);
-    prior_weight: pull toward the parent values (loss units per squared double step,
-    divided by the group's rows); iterations: compass-search sweeps per level; rounds:
-    sweeps over the levels; clip_log_error: |ln(pred/measured)| above this counts as this
-    (robust to gross outliers); levels: which levels to fit.
+    levels: which levels to fit; min_rows: rows a group needs for its own values;
+    min_other: distinct values of the other factor a group needs (models per GPU, GPUs per
+    engine, GPUs per model), so that the factors separate (a parameter's own
+    ``ParamSpec.min_other`` overrides it); prior_weight: pull toward the parent values (loss
+    units per squared double step, divided by the group's rows); clip_log_error:
+    |ln(pred/measured)| above this counts as this (robust to gross outliers); iterations:
+    compass-search sweeps per level; rounds: sweeps over the levels.
     """
 
+    levels: tuple = LEVELS
     min_rows: int = 20
     min_other: int = 2
     prior_weight: float = 2.0
-    iterations: int = 12
-    rounds: int = 3
-    clip_log_error: float = 2.0
-    levels: tuple = LEVELS
     #: Engine parameters fitted per engine and release; the others only globally. The
     #: benchmark harness (first_wave_weight) differs by campaign, not by engine: fitted per
     #: engine it did not carry over to unseen (model, GPU) pairs in cross-validation.
     engine_parameters: tuple = ("step_overhead_s", "request_overhead_s", "memory_factor", "compute_factor",
                                 "prefill_compute_factor")
+    clip_log_error: float = 2.0
+    iterations: int = 12
+    rounds: int = 3
 
 
 _OTHER = {"gpu": "model", "engine": "gpu", "release": "pair", "campaign": "pair", "math": "model", "model": "gpu"}

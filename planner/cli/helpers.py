@@ -38,14 +38,39 @@ def positive_int(text: str) -> int:
     return value
 
 
-def fraction(text: str) -> float:
+def positive_int_list(text: str) -> list[int]:
+    """Comma-separated positive integers (``--batches 1,2,4``)."""
     try:
-        value = float(text)
+        values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got '{text}'") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value}")
-    return value
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got '{text}'")
+    return values
+
+
+def number_in(low: float, high: float, *, low_open: bool = False, high_open: bool = False):
+    """An argument type: a number in the interval from ``low`` to ``high`` (ends open or closed)."""
+    interval = f"{'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in {interval}, got '{text}'") from None
+        above = low < value if low_open else low <= value
+        below = value < high if high_open else value <= high
+        if not (above and below):
+            raise argparse.ArgumentTypeError(f"must be in {interval}, got {value}")
+        return value
+
+    return parse
+
+
+#: A fraction in (0, 1] (``--mfu``, ``--max-load-fraction``, ...).
+fraction = number_in(0, 1, low_open=True)
+#: A confidence level in [0.5, 1) (``solve --confidence``).
+confidence = number_in(0.5, 1, high_open=True)
 
 
 # ---------------------------------------------------------------- common flags and inputs

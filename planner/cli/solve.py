@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from planner.cli.helpers import (
@@ -10,22 +9,13 @@ from planner.cli.helpers import (
     EXIT_OK,
     EXIT_UNKNOWN,
     catalog_from,
+    confidence,
     fraction,
     positive_int,
     print_json,
     print_warnings,
 )
 from planner.errors import PlanningInputError
-
-
-def _confidence(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in [0.5, 1), got '{text}'") from None
-    if not 0.5 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0.5, 1), got {value}")
-    return value
 
 
 #: The subcommand and its line in ``planner --help``.
@@ -43,7 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--fronts", choices=["none", "mixed", "used", "all"],
                    help="which Pareto fronts: none, mixed (all GPU types together), used (default: mixed plus "
                         "each GPU type in some plan or mixed-front point), all (every GPU type)")
-    p.add_argument("--confidence", type=_confidence,
+    p.add_argument("--confidence", type=confidence,
                    help="quantile of the serving model's error the capacities hold at, in [0.5, 1) "
                         "(default: the problem's optimize.confidence, 0.8; 0.5 = central prediction)")
     p.add_argument("--max-load-fraction", type=fraction,

@@ -2,26 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
-
 from planner.cli.helpers import (
     EXIT_OK,
     add_config_args,
     add_efficiency_args,
     catalog_from,
     efficiency_overrides,
+    positive_int_list,
     print_json,
 )
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got '{text}'")
-    return values
 
 
 #: The subcommand and its line in ``planner --help``.
@@ -34,7 +23,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser(COMMAND, help=HELP)
     add_config_args(p)
     p.add_argument("--context", type=float, required=True, help="mean context tokens per sequence")
-    p.add_argument("--batches", type=_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
+    p.add_argument("--batches", type=positive_int_list, default=[1, 2, 4, 8, 16, 32, 64, 128, 256],
                    help="comma-separated batch sizes")
     add_efficiency_args(p, calibration=True)
     fmt = p.add_mutually_exclusive_group()
