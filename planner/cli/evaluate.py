@@ -2,15 +2,8 @@
 
 from __future__ import annotations
 
-from planner.cli.helpers import (
-    EXIT_OK,
-    add_config_args,
-    add_efficiency_args,
-    catalog_from,
-    efficiency_overrides,
-    emit,
-    positive_int,
-)
+from planner.cli.helpers import (EXIT_OK, add_config_args, add_efficiency_args, catalog_from, efficiency_overrides,
+                                 emit, positive_int)
 
 
 #: The subcommand and its line in ``planner --help``.

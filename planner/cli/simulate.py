@@ -5,17 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 
-from planner.cli.helpers import (
-    EXIT_OK,
-    UsageError,
-    add_config_args,
-    add_efficiency_args,
-    catalog_from,
-    efficiency_overrides,
-    positive_int,
-    print_json,
-    print_table,
-)
+from planner.cli.helpers import (EXIT_OK, UsageError, add_config_args, add_efficiency_args, catalog_from,
+                                 efficiency_overrides, positive_int, print_json, print_table)
 from planner.errors import PlanningInputError
 
 #: Defaults of the seed's timeline mode (``--timeline``).

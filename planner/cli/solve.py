@@ -4,17 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from planner.cli.helpers import (
-    EXIT_INFEASIBLE,
-    EXIT_OK,
-    EXIT_UNKNOWN,
-    catalog_from,
-    confidence,
-    fraction,
-    positive_int,
-    print_json,
-    print_warnings,
-)
+from planner.cli.helpers import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, catalog_from, confidence, fraction,
+                                 positive_int, print_json, print_warnings)
 from planner.errors import PlanningInputError
 
 
