@@ -117,22 +117,30 @@ class FleetPlan:
     option: str
     status: str
     why: str = ""
+    # what the option costs over the horizon (USD), and its serving plan's $/h per period
     cost_usd: float = 0.0
     present_value_usd: float = 0.0
-    cash_usd: float = 0.0
+    plan_usd_per_hour: list = field(default_factory=list)
+    # what the money inside the horizon pays for (their sum: cash_usd)
     rent_usd: float = 0.0
     capex_usd: float = 0.0
     power_usd: float = 0.0
     hosting_usd: float = 0.0
+    # GPUs held per tier, and what the owned and reserved ones leave after the horizon
+    held: list = field(default_factory=list)          # per period {(tier kind, option, gpu): GPUs}
     committed_after_horizon_usd: float = 0.0
     residual_value_usd: float = 0.0
+    # use
     gpu_hours_paid: float = 0.0
     switches: int = 0
     gpus: list = field(default_factory=list)          # per period {gpu: GPUs in use at the peak}
-    held: list = field(default_factory=list)          # per period {(tier kind, option, gpu): GPUs}
     replicas: list = field(default_factory=list)      # per period {candidate_id: replicas}
-    plan_usd_per_hour: list = field(default_factory=list)
     actions: list = field(default_factory=list)       # (month, option, gpu, change, action)
+
+    @property
+    def cash_usd(self) -> float:
+        """Money paid inside the horizon: rent, purchases, power and hosting [USD]."""
+        return self.rent_usd + self.capex_usd + self.power_usd + self.hosting_usd
 
     @property
     def ok(self) -> bool:
@@ -480,5 +488,4 @@ def _read_solution(out: FleetPlan, solver, inputs: FleetInputs, tiers, bridge, y
                     out.actions.append((a, t.option, g, k - before, "rent" if k > before else "release"))
                 before = k
     out.cost_usd += out.rent_usd + out.power_usd + out.hosting_usd
-    out.cash_usd = out.rent_usd + out.capex_usd + out.power_usd + out.hosting_usd
     out.actions.sort(key=lambda x: (x[0], x[1], x[2], x[4]))
