@@ -98,6 +98,32 @@ def test_pool_rules():
     assert same.to_dict() == {"b-d": "a-d", "b-p": "a-p"}
 
 
+def _with_random_limits(rng, cands, cap, rate, inventory) -> PlanningInstance:
+    """The instance with random slices, g1 inventory (chance, low, high), distinct-config,
+    N+1 and budget limits."""
+    chance, low, high = inventory
+    opts = {"slices_per_workload": int(rng.integers(1, 4))} if rng.random() < 0.5 else {}
+    if rng.random() < chance:
+        opts["inventory_gpus"] = {"g1": int(rng.integers(low, high))}
+    if rng.random() < 0.3:
+        opts["max_distinct_configs"] = int(rng.integers(2, 4))
+    if rng.random() < 0.3:
+        opts["redundancy_workloads"] = ("w0",)
+    if rng.random() < 0.2:
+        opts["budget_usd_per_hour"] = float(rng.integers(8, 30))
+    return PlanningInstance(cands, cap, rate, **opts)
+
+
+def _pruned_and_full(inst):
+    """The instance solved with and without pruning: the same status and optimum."""
+    built = build_model(inst)
+    pruned, full = run_solver(built, FAST), run_solver(build_model(inst, prune=False), FAST)
+    assert pruned.status == full.status
+    if full.status == SolveStatus.OPTIMAL:
+        assert pruned.objective_usd_per_hour == pytest.approx(full.objective_usd_per_hour, abs=1e-9)
+    return built, pruned, full
+
+
 def _random_pooled(seed):
     """Prefill/decode pools of one model (a pool is often a cheaper or stronger copy of
     another) plus aggregated candidates, with random limits."""
@@ -128,26 +154,13 @@ def _random_pooled(seed):
                      float(rng.integers(3, 9)), rng.integers(0, 4, size=m)))
     cands, cap = _pooled(rows)
     rate = pd.Series(rng.integers(1, 7, size=m).astype(float), index=cap.columns)
-    opts = {"slices_per_workload": int(rng.integers(1, 4))} if rng.random() < 0.5 else {}
-    if rng.random() < 0.3:
-        opts["inventory_gpus"] = {"g1": int(rng.integers(0, 8))}
-    if rng.random() < 0.3:
-        opts["max_distinct_configs"] = int(rng.integers(2, 4))
-    if rng.random() < 0.3:
-        opts["redundancy_workloads"] = ("w0",)
-    if rng.random() < 0.2:
-        opts["budget_usd_per_hour"] = float(rng.integers(8, 30))
-    return PlanningInstance(cands, cap, rate, **opts)
+    return _with_random_limits(rng, cands, cap, rate, inventory=(0.3, 0, 8))
 
 
 @pytest.mark.parametrize("seed", range(16))
 def test_pool_pruning_keeps_the_optimum(seed):
-    inst = _random_pooled(seed)
-    built, full_built = build_model(inst), build_model(inst, prune=False)
-    pruned, full = run_solver(built, FAST), run_solver(full_built, FAST)
-    assert pruned.status == full.status
+    built, pruned, full = _pruned_and_full(_random_pooled(seed))
     if full.status == SolveStatus.OPTIMAL:
-        assert pruned.objective_usd_per_hour == pytest.approx(full.objective_usd_per_hour, abs=1e-9)
         assert not set(read_plan(built, pruned).deployments["candidate_id"]) & set(built.pruned.index)
 
 
@@ -191,26 +204,12 @@ def _random_sized(seed):
                          cap))
     cands, cap = _pooled(rows)
     rate = pd.Series(rng.integers(2, 10, size=m).astype(float), index=cap.columns)
-    opts = {"slices_per_workload": int(rng.integers(1, 4))} if rng.random() < 0.5 else {}
-    if rng.random() < 0.4:
-        opts["inventory_gpus"] = {"g1": int(rng.integers(2, 10))}
-    if rng.random() < 0.3:
-        opts["max_distinct_configs"] = int(rng.integers(2, 4))
-    if rng.random() < 0.3:
-        opts["redundancy_workloads"] = ("w0",)
-    if rng.random() < 0.2:
-        opts["budget_usd_per_hour"] = float(rng.integers(8, 30))
-    return PlanningInstance(cands, cap, rate, **opts)
+    return _with_random_limits(rng, cands, cap, rate, inventory=(0.4, 2, 10))
 
 
 @pytest.mark.parametrize("seed", range(16))
 def test_replica_multiple_pruning_keeps_the_optimum(seed):
-    inst = _random_sized(seed)
-    built, full_built = build_model(inst), build_model(inst, prune=False)
-    pruned, full = run_solver(built, FAST), run_solver(full_built, FAST)
-    assert pruned.status == full.status
-    if full.status == SolveStatus.OPTIMAL:
-        assert pruned.objective_usd_per_hour == pytest.approx(full.objective_usd_per_hour, abs=1e-9)
+    _pruned_and_full(_random_sized(seed))
 
 
 def test_random_sized_cases_actually_prune_multiples():
