@@ -29,7 +29,7 @@ from planner.optimize.prune import candidate_blocks, candidate_roles
 from planner.parameters import ProblemParams
 from planner.problem import Problem
 from planner.search import workload_arrays, workload_capacity
-from planner.serving.queueing import TrafficArrays, capacity_at_slo, occupancy_curve
+from planner.serving.queueing import TrafficArrays, capacities_at_slos, occupancy_curve
 
 #: Points of the occupancy curves the capacity bounds are read from (quadratic grid).
 FRONT_CURVE_POINTS = 16
@@ -288,7 +288,9 @@ class Exact:
         arrays, params = self.curves.arrays[w.name].take(ix), self.curves.params[w.name].take(ix)
         traffic = self.curves.traffic[w.name]
 
-        def capacity(ttft_slo_s, tpot_slo_s):
-            return capacity_at_slo(arrays, params, traffic, ttft_slo_s, tpot_slo_s)["max_rate_per_s"]
-
-        return margins.planned_capacity(capacity, ttft, tpot)
+        # the central and the margined SLOs bisected in one pass, as the search does
+        pairs = [(ttft, tpot)] if margins.factor("ttft") == margins.factor("tpot") == 1.0 else [
+            (ttft, tpot), margins.slos(ttft, tpot)]
+        results = capacities_at_slos(arrays, params, traffic, pairs)
+        return margins.planned_capacity(lambda *_: results[-1]["max_rate_per_s"], ttft, tpot,
+                                        central=results[0]["max_rate_per_s"])
