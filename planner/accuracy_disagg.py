@@ -140,8 +140,12 @@ def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
 
 def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,
                    decode_workers, decode_slots, transfer_s, prompt, output, first_wave_weight,
-                   quantile, prefill_batch=np.inf) -> dict:
+                   quantile, prefill_batch=np.inf, decode_scale=1.0) -> dict:
     """TPOT, TTFT (mean or ``quantile``) and rate of ``users`` closed-loop users on a P/D pair.
+
+    ``decode_scale``: a factor on every decode step time (1: the serving model's own); a
+    sensitivity check only (:func:`measured_decode_scale`, ``bench_accuracy_moe.py
+    --disagg-breakdown``), no prediction uses another value.
 
     Notes
     -----
@@ -179,7 +183,11 @@ def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users
     n_p, n_d = np.asarray(prefill_workers, float), np.asarray(decode_workers, float)
     out_m1 = np.maximum(output - 1.0, 1.0)
     active = np.maximum(np.minimum(users, n_d * decode_slots), 1.0)
-    decode_step = StepModel(dec, p).time
+    model_step = StepModel(dec, p).time
+    scale = np.asarray(decode_scale, dtype=float)
+
+    def decode_step(n):   # s_d(n), times the sensitivity factor where one is given
+        return model_step(n) if np.all(scale == 1.0) else model_step(n) * scale
     budget = np.maximum(p.prefill_chunk_tokens, PREFILL_BATCH_TOKENS)
     per_step = np.minimum(np.maximum(1.0, budget / prompt), np.maximum(prefill_batch, 1.0))
 
@@ -225,12 +233,14 @@ def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users
 
 
 def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: ServingParams | None = None,
-                        harness: Harness | None = None) -> np.ndarray:
+                        harness: Harness | None = None, decode_scale=None) -> np.ndarray:
     """Predicted value of every row of :func:`prepare_disagg_rows`, in the row's unit (NaN: none).
 
     Both pools take the row's calibrated parameters (same GPU type and engine); only
     ``concurrency`` rows are predicted (every recorded-layout row is one). ``harness``:
     the benchmark-harness values (default: the calibration's, else :class:`Harness`).
+    ``decode_scale``: per row of ``rows``, the sensitivity factor of :func:`pd_closed_loop`
+    (None: 1, the model's own decode steps).
     """
     base = base or ServingParams()
     pred = np.full(len(rows), np.nan)
@@ -259,7 +269,8 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         res = pd_closed_loop(pre, dec, p, r["load_value"].to_numpy(float), r["p_workers"].to_numpy(float),
                              r["d_workers"].to_numpy(float), slots, transfer, prompt, output,
-                             harness.first_wave_weight, q, r["p_batch"].fillna(np.inf).to_numpy(float))
+                             harness.first_wave_weight, q, r["p_batch"].fillna(np.inf).to_numpy(float),
+                             1.0 if decode_scale is None else np.asarray(decode_scale, dtype=float)[idx])
         ttft = res["ttft_s"] + p.request_overhead_s
         rate = res["rate_per_s"]
         values = {"ttft": ttft * MS_PER_S, "tpot": res["tpot_s"] * MS_PER_S,
@@ -279,12 +290,43 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     return pred
 
 
-def score_disagg_rows(catalog, measurements: pd.DataFrame,
-                      calibration=None) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+#: The columns that identify one measured point of a disaggregated run (its TTFT, TPOT and
+#: throughput rows share them): source, configuration, both pools' layout and the load.
+POINT_COLUMNS = ("source", "model", "gpu", "engine", "release", "quantization", "kv_cache_dtype",
+                 *LAYOUT_COLUMNS, "prompt_tokens", "output_tokens", "load_kind", "load_value")
+#: Statistics of the TPOT rows :func:`measured_decode_scale` reads (the central ones).
+DECODE_SCALE_STATISTICS = ("mean", "median")
+
+
+def measured_decode_scale(rows: pd.DataFrame, prediction) -> np.ndarray:
+    """Per row: measured / predicted TPOT of its point (``POINT_COLUMNS``; the median over the
+    point's mean/median TPOT rows), 1 where the point has no such row or no prediction.
+
+    A sensitivity check, not a prediction: :func:`score_disagg_rows` with ``measured_tpot``
+    predicts the rows again with every decode step time scaled so that the point's TPOT is
+    the measured one, which separates the TTFT and throughput errors that follow from the
+    decode step from those of the prefill pool and the queue (``bench_accuracy_moe.py
+    --disagg-breakdown``; docs/accuracy.md, section "Frontier MoE rows"). Runs of the same
+    point are pooled.
+    """
+    key = rows.groupby([c for c in POINT_COLUMNS if c in rows], dropna=False, sort=False).ngroup()
+    ratio = rows["value"].to_numpy(float) / np.asarray(prediction, dtype=float)
+    tpot = (rows["quantity"].eq("tpot").to_numpy() & rows["statistic"].isin(DECODE_SCALE_STATISTICS).to_numpy()
+            & np.isfinite(ratio) & (ratio > 0))
+    per_point = pd.Series(ratio[tpot], index=key[tpot]).groupby(level=0).median()
+    return key.map(per_point).fillna(1.0).to_numpy(dtype=float)
+
+
+def score_disagg_rows(catalog, measurements: pd.DataFrame, calibration=None,
+                      measured_tpot: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """``(scored, skipped, recorded)``: the predicted rows with ``prediction`` and ``ape_pct``,
-    the unpredicted ones with a reason, and the number of rows with a recorded layout."""
+    the unpredicted ones with a reason, and the number of rows with a recorded layout.
+    ``measured_tpot``: the sensitivity check of :func:`measured_decode_scale` (each point's
+    decode steps scaled to its measured TPOT) instead of the model's prediction."""
     rows, skipped, recorded = prepare_disagg_rows(measurements, catalog)
     pred = predict_disagg_rows(catalog, rows, calibration) if len(rows) else np.zeros(0)
+    if measured_tpot and len(rows):
+        pred = predict_disagg_rows(catalog, rows, calibration, decode_scale=measured_decode_scale(rows, pred))
     ok = np.isfinite(pred) & (pred > 0)
     extra = pd.DataFrame({"id": rows.loc[~ok, "id"], "metric": rows.loc[~ok, "metric"],
                           "reason": np.where(rows.loc[~ok, "load_kind"].eq("concurrency"),
