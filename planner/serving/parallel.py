@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from typing import Callable, Sequence
+
+import numpy as np
 
 from planner.errors import PlanningInputError
 
@@ -45,16 +47,19 @@ def run_in_threads(work: Callable[[], None], threads: int) -> None:
     """``work()`` in ``threads`` threads at once (this one included), until all return.
 
     ``work`` takes its items from a shared iterator (CPython's ``next`` on a built-in
-    iterator is atomic); the first exception raised in any thread is raised here.
+    iterator is atomic); each thread runs under the caller's numpy error handling (a
+    per-thread setting); the first exception raised in any thread is raised here.
     """
     if threads <= 1:
         work()
         return
     errors: list[BaseException] = []
+    handling = np.geterr()
 
     def guarded():
         try:
-            work()
+            with np.errstate(**handling):
+                work()
         except BaseException as exc:   # noqa: BLE001 - re-raised in the calling thread
             errors.append(exc)
 
@@ -66,3 +71,24 @@ def run_in_threads(work: Callable[[], None], threads: int) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def row_ranges(rows: int, threads: int, min_rows: int) -> list[slice]:
+    """``rows`` rows cut into at most ``threads`` contiguous ranges of at least ``min_rows``
+    rows each (one range, all rows, when they are too few to share)."""
+    parts = max(1, min(threads, rows // max(min_rows, 1)))
+    bounds = [rows * i // parts for i in range(parts + 1)]
+    return [slice(lo, hi) for lo, hi in zip(bounds, bounds[1:])]
+
+
+def map_in_threads(fn: Callable, items: Sequence, threads: int) -> list:
+    """``[fn(item) for item in items]``, computed by up to ``threads`` threads (in order)."""
+    results: list = [None] * len(items)
+    pending = iter(range(len(items)))
+
+    def work():
+        for i in pending:
+            results[i] = fn(items[i])
+
+    run_in_threads(work, min(threads, len(items)))
+    return results

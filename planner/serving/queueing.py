@@ -34,6 +34,7 @@ import numpy as np
 
 from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import max_concurrency
+from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
 
@@ -130,11 +131,16 @@ def _erf(x):
     """Vectorized erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
     x = np.asarray(x, dtype=float)
     s = np.sign(x)
-    x = np.abs(x)
+    return s * _erf_positive(np.abs(x))
+
+
+def _erf_positive(x):
+    """:func:`_erf` of ``x > 0``, where sign(x) = 1 and |x| = x: the same numbers
+    without those two passes and the product by the sign."""
     t = 1.0 / (1.0 + 0.3275911 * x)
     y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
                + 0.254829592) * t * np.exp(-x * x)
-    return s * y
+    return y
 
 
 def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
@@ -154,7 +160,10 @@ def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
     x = np.clip(x, low, high)
     for _ in range(newton_steps):
         u = x / s
-        cdf = (0.5 * (1.0 + _erf(u / np.sqrt(2.0)))).mean(axis=0)
+        # u > 0 (x >= Z95 min(s) > 0, s > 0) unless x / s underflows or is NaN (the NaN's
+        # bits then as :func:`_erf` makes them)
+        erf = _erf_positive if (u > 0.0).all() else _erf
+        cdf = (0.5 * (1.0 + erf(u / np.sqrt(2.0)))).mean(axis=0)
         pdf = (np.exp(-0.5 * u * u) / (np.sqrt(2.0 * np.pi) * s)).mean(axis=0)
         x = np.clip(x - (cdf - P95) / np.maximum(pdf, 1e-300), low, high)
     return x
@@ -231,8 +240,10 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
         # TPOT spread of a request with O output tokens: arrivals during its life (compound
         # Poisson, inflated), each adding its prefill time over the O - 1 tokens and b/2
         # through occupancy; plus the occupancy it starts with. p95 over the O strata.
-        common = rate * tau * burst2 * (extra * slope + slope ** 2 * out_m1 / 4.0) + slope ** 2 * n / 3.0
-        sds = [np.sqrt(common + rate * tau * burst2 * extra2 * inv) for inv in t.output_strata_inv]
+        arrivals, slope2 = rate * tau * burst2, slope ** 2   # (computed once: the same products)
+        common = arrivals * (extra * slope + slope2 * out_m1 / 4.0) + slope2 * n / 3.0
+        per_inv = arrivals * extra2
+        sds = [np.sqrt(common + per_inv * inv) for inv in t.output_strata_inv]
         tpot_p95 = tau + mixture_p95_offset(sds)
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
@@ -286,6 +297,12 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
     return capacities_at_slos(c, p, t, [(slo_ttft_p95_s, slo_tpot_p95_s)], steps, model)[0]
 
 
+#: Rows per thread below which the capacity bisection does not share its rows between
+#: threads (:mod:`planner.serving.parallel`): shorter numpy calls leave the GIL-held
+#: Python between them too large a share.
+THREAD_MIN_ROWS = 4096
+
+
 def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int = CAPACITY_BISECTION_STEPS,
                        model: StepModel | None = None) -> list[dict]:
     """:func:`capacity_at_slo` of each ``(slo_ttft_p95_s, slo_tpot_p95_s)`` pair of ``slos``.
@@ -294,13 +311,33 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     pair); a state that several pairs need at the same occupancy of a row (the top and the
     trickle, the first steps before the pairs' decisions part) is computed once, and the
     others on the rows where they differ only (speed: the search's central and margined SLOs).
+    Rows (one-dimensional, scalar SLOs and traffic) are bisected in contiguous ranges by
+    :func:`planner.serving.parallel.thread_count` threads: every row's numbers are its own,
+    whichever range holds it.
     """
     n_max = _n_max(c, p)
+    row_local = n_max.ndim == 1 and all(np.ndim(x) == 0 for pair in slos for x in pair) and _scalar_traffic(t)
+    parts = row_ranges(n_max.size, thread_count(), THREAD_MIN_ROWS) if row_local else []
+    if len(parts) < 2:
+        return _capacities_at_slos(c, p, t, slos, steps, model, n_max)
+    results = map_in_threads(lambda rows: _capacities_at_slos(
+        c.take(rows), p.take(rows), t, slos, steps, None if model is None else model.take(rows), n_max[rows]),
+        parts, len(parts))
+    return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]} for j in range(len(slos))]
+
+
+def _scalar_traffic(t: TrafficArrays) -> bool:
+    """Whether every length statistic of ``t`` is a scalar (one traffic class for all rows)."""
+    return all(np.ndim(x) == 0 for v in vars(t).values() for x in (v if isinstance(v, tuple) else (v,)))
+
+
+def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int,
+                        model: StepModel | None, n_max: np.ndarray) -> list[dict]:
+    """:func:`capacities_at_slos` in this thread (``n_max``: ``_n_max(c, p)``)."""
     steps_model = model or step_model(c, p, t)
     shapes = [np.broadcast_shapes(n_max.shape, np.shape(a), np.shape(b), np.shape(t.prompt_mean_tokens))
               for a, b in slos]
-    scalars = [x for v in vars(t).values() for x in (v if isinstance(v, tuple) else (v,))]
-    shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and all(np.ndim(x) == 0 for x in scalars)
+    shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and _scalar_traffic(t)
 
     def state(n):
         return state_at_occupancy(c, p, t, n, steps_model, n_max)
