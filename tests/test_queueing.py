@@ -194,3 +194,20 @@ def test_joint_bisection_of_several_slo_pairs_equals_one_call_per_pair(catalog):
             assert got[key].tobytes() == alone[key].tobytes(), (pair, key)
     assert (joint[1]["max_rate_per_s"] <= joint[0]["max_rate_per_s"]).all()     # tighter SLOs
     assert (joint[0]["max_rate_per_s"] > joint[1]["max_rate_per_s"]).any()
+
+
+def test_bisection_reports_the_state_at_its_occupancy(catalog):
+    """The p95s and rate capacities_at_slos keeps during its bisection are, bit for bit, those
+    of state_at_occupancy at the occupancy it returns (rows at a good mid, and rows that no
+    occupancy satisfies, whose state at n = 0 is reported)."""
+    from planner.serving.queueing import capacities_at_slos, state_at_occupancy
+
+    c, p = _mixed_rows(catalog)
+    pairs = [(1.0, 0.05), (0.3, 0.012)]
+    for got in capacities_at_slos(c, p, TRAFFIC, pairs):
+        direct = state_at_occupancy(c, p, TRAFFIC, got["occupancy"])
+        for key in ("ttft_p95_s", "tpot_p95_s"):
+            assert got[key].tobytes() == direct[key].tobytes(), key
+        rate = np.nan_to_num(np.where(got["occupancy"] > 0, direct["rate_per_s"], 0.0))
+        assert got["max_rate_per_s"].tobytes() == rate.tobytes()
+    assert (got["occupancy"] == 0).any() and (got["occupancy"] > 0).any()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.serving.arrays import LINK_FAST, ConfigArrays
+from planner.serving.arrays import LINK_FAST, ConfigArrays, scaled
 from planner.serving.parallel import run_in_threads
 from planner.serving.params import ServingParams
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
@@ -245,7 +245,7 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     p_comp = two_L * d * pt
     p_comp += flops_base
     p_comp *= pt
-    p_comp /= _scaled(tp * peak * p["compute_efficiency"], p["prefill_compute_factor"])
+    p_comp /= scaled(tp * peak * p["compute_efficiency"], p["prefill_compute_factor"])
     p_mem = read_prompt / (tp * c["bandwidth_bytes_per_s"] * p["memory_efficiency"])
     prefill = np.maximum(p_comp, p_mem, out=out["prefill_s"])
     prefill += comm(pt)
@@ -271,11 +271,6 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
         cost = np.multiply(nS, usd, out=out["usd_per_million_tokens"])
         cost /= throughput * SECONDS_PER_HOUR
         cost *= TOKENS_PER_MILLION
-
-
-def _scaled(value, factor):
-    """``value * factor``, without the pass where ``factor`` is the scalar 1 (x * 1.0 = x)."""
-    return value if np.ndim(factor) == 0 and factor == 1.0 else value * factor
 
 
 def _broadcast(value, n: int) -> np.ndarray:
