@@ -146,21 +146,45 @@ def test_erlang_c_and_mixture_helpers():
     assert float(mixture_p95_offset([np.array(2.0)])) == pytest.approx(1.6449 * 2.0, rel=1e-3)
 
 
+def _mixed_rows(catalog, n=60, seed=3):
+    """Dense and MoE rows on three GPUs, TP 1-4, three max batches, per-row efficiencies (seeded)."""
+    rng = np.random.default_rng(seed)
+    frame = pd.DataFrame({"model": rng.choice(["llama-3.1-8b", "mixtral-8x7b"], n),
+                          "gpu": rng.choice(["h100-sxm", "a100-sxm-80gb", "l40s"], n),
+                          "quantization": "bf16", "kv_cache_dtype": "bf16", "tp": rng.choice([1, 2, 4], n),
+                          "pp": 1, "batch": rng.choice([8, 64, 256], n), "prompt_tokens": 1000.0,
+                          "output_tokens": 300.0, "context_tokens": np.nan})
+    return config_arrays(catalog, frame)[0], P.with_overrides(memory_efficiency=rng.uniform(0.6, 0.9, n))
+
+
+def test_capacity_bisection_in_threads_equals_one_thread(catalog, monkeypatch):
+    """Rows bisected in contiguous ranges by several threads (PLANNER_THREADS) give every
+    array of the one-thread call, bit for bit, with and without a step model passed in."""
+    from planner.serving import queueing
+
+    c, p = _mixed_rows(catalog)
+    pairs = [(1.0, 0.05), (0.7, 0.04)]
+    monkeypatch.setenv("PLANNER_THREADS", "1")
+    alone = queueing.capacities_at_slos(c, p, TRAFFIC, pairs)
+    monkeypatch.setenv("PLANNER_THREADS", "3")
+    monkeypatch.setattr(queueing, "THREAD_MIN_ROWS", 7)   # 60 rows: three ranges of 20
+    model = queueing.step_model(c, p, TRAFFIC)
+    for threaded in (queueing.capacities_at_slos(c, p, TRAFFIC, pairs),
+                     queueing.capacities_at_slos(c, p, TRAFFIC, pairs, model=model)):
+        for got, ref in zip(threaded, alone):
+            assert list(got) == list(ref)
+            for key in ref:
+                assert got[key].dtype == ref[key].dtype and got[key].tobytes() == ref[key].tobytes(), key
+    assert (alone[0]["max_rate_per_s"] > 0).any()
+
+
 def test_joint_bisection_of_several_slo_pairs_equals_one_call_per_pair(catalog):
     """capacities_at_slos shares the states the pairs need at the same occupancy (and computes
     the others on their rows only, through StepModel.take / ConfigArrays.take): every array
     equals that of a separate capacity_at_slo call, bit for bit."""
     from planner.serving.queueing import capacities_at_slos
 
-    rng = np.random.default_rng(3)
-    n = 60
-    frame = pd.DataFrame({"model": rng.choice(["llama-3.1-8b", "mixtral-8x7b"], n),
-                          "gpu": rng.choice(["h100-sxm", "a100-sxm-80gb", "l40s"], n),
-                          "quantization": "bf16", "kv_cache_dtype": "bf16", "tp": rng.choice([1, 2, 4], n),
-                          "pp": 1, "batch": rng.choice([8, 64, 256], n), "prompt_tokens": 1000.0,
-                          "output_tokens": 300.0, "context_tokens": np.nan})
-    c = config_arrays(catalog, frame)[0]
-    p = P.with_overrides(memory_efficiency=rng.uniform(0.6, 0.9, n))
+    c, p = _mixed_rows(catalog)
     pairs = [(1.0, 0.05), (0.7, 0.04), (1.0, 0.05)]
     joint = capacities_at_slos(c, p, TRAFFIC, pairs)
     for pair, got in zip(pairs, joint):
@@ -170,3 +194,20 @@ def test_joint_bisection_of_several_slo_pairs_equals_one_call_per_pair(catalog):
             assert got[key].tobytes() == alone[key].tobytes(), (pair, key)
     assert (joint[1]["max_rate_per_s"] <= joint[0]["max_rate_per_s"]).all()     # tighter SLOs
     assert (joint[0]["max_rate_per_s"] > joint[1]["max_rate_per_s"]).any()
+
+
+def test_bisection_reports_the_state_at_its_occupancy(catalog):
+    """The p95s and rate capacities_at_slos keeps during its bisection are, bit for bit, those
+    of state_at_occupancy at the occupancy it returns (rows at a good mid, and rows that no
+    occupancy satisfies, whose state at n = 0 is reported)."""
+    from planner.serving.queueing import capacities_at_slos, state_at_occupancy
+
+    c, p = _mixed_rows(catalog)
+    pairs = [(1.0, 0.05), (0.3, 0.012)]
+    for got in capacities_at_slos(c, p, TRAFFIC, pairs):
+        direct = state_at_occupancy(c, p, TRAFFIC, got["occupancy"])
+        for key in ("ttft_p95_s", "tpot_p95_s"):
+            assert got[key].tobytes() == direct[key].tobytes(), key
+        rate = np.nan_to_num(np.where(got["occupancy"] > 0, direct["rate_per_s"], 0.0))
+        assert got["max_rate_per_s"].tobytes() == rate.tobytes()
+    assert (got["occupancy"] == 0).any() and (got["occupancy"] > 0).any()

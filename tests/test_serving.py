@@ -147,18 +147,36 @@ def test_fused_blocked_evaluate_equals_the_modular_equations_bit_for_bit(catalog
     users = rng.integers(1, 600, n).astype(float)
     usd = rng.uniform(1, 5, n)
     for args in ((params, users, usd), (ServingParams(), None, None), (ServingParams(), None, 2.5)):
-        got = ev.evaluate(arrays, *args)
         with np.errstate(divide="ignore", invalid="ignore"):   # batch 0 rows
             ref = ev.evaluate_reference(arrays, *args)
-        assert list(got) == list(ref)
-        for key in ref:
-            a, b = np.asarray(got[key]), np.asarray(ref[key])
-            assert a.dtype == b.dtype and a.shape == b.shape, key
-            assert a.tobytes() == b.tobytes(), key
+        for threads in (1, 3):                                 # the blocks shared by threads
+            got = ev.evaluate_rows(arrays, *args, rows=n, block_rows=ev.BLOCK_ROWS, threads=threads)
+            assert list(got) == list(ref)
+            for key in ref:
+                a, b = np.asarray(got[key]), np.asarray(ref[key])
+                assert a.dtype == b.dtype and a.shape == b.shape, key
+                assert a.tobytes() == b.tobytes(), key
+        assert ev.evaluate(arrays, *args)["tpot_s"].tobytes() == ref["tpot_s"].tobytes()
     assert (got["expert_read_fraction"][frame["model"].to_numpy() == "llama-3.1-8b"] == 0).all()
     moe = frame["model"].isin(["mixtral-8x7b", "qwen3-30b-a3b"]).to_numpy()
     assert (got["expert_read_fraction"][moe] == 1.0).any()        # saturated rows exist
     assert ((got["expert_read_fraction"][moe] > 0) & (got["expert_read_fraction"][moe] < 1)).any()
+
+
+def test_thread_count_from_the_environment(monkeypatch):
+    from planner.errors import PlanningInputError
+    from planner.serving.parallel import MAX_DEFAULT_THREADS, row_ranges, thread_count
+
+    monkeypatch.delenv("PLANNER_THREADS", raising=False)
+    assert 1 <= thread_count() <= MAX_DEFAULT_THREADS
+    monkeypatch.setenv("PLANNER_THREADS", "3")
+    assert thread_count() == 3
+    for bad in ("0", "two", "-1"):
+        monkeypatch.setenv("PLANNER_THREADS", bad)
+        with pytest.raises(PlanningInputError, match="PLANNER_THREADS: must be an integer >= 1"):
+            thread_count()
+    assert row_ranges(10, 3, 4) == [slice(0, 5), slice(5, 10)]     # at least 4 rows each: 2 ranges
+    assert row_ranges(3, 8, 4) == [slice(0, 3)]
 
 
 def test_step_model_shared_terms_and_kept_prefill_terms_give_the_same_times(catalog):

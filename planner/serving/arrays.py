@@ -87,6 +87,12 @@ class ConfigArrays:
                                if (v := getattr(self, f.name)).ndim == 1 and v.size > 1})
 
 
+def scaled(value, factor):
+    """``value * factor``, without the pass where ``factor`` is the scalar 1 (x * 1.0 = x
+    bit for bit): for a parameter that is 1 unless calibrated or overridden."""
+    return value if np.ndim(factor) == 0 and factor == 1.0 else value * factor
+
+
 MODEL_COLUMNS = ("n_layers", "hidden_size", "n_kv_heads", "head_dim", "params_total",
                  "params_active", "routed_expert_params", "num_experts", "experts_per_token",
                  "kv_elems_per_token_layer", "kv_split_by_tp", "window_layers", "window_tokens")

@@ -10,6 +10,7 @@ from planner.dimensions import gpus_per_replica
 from planner.serving import economics, memory, moe, roofline
 from planner.serving.arrays import ConfigArrays
 from planner.serving.fused import evaluate_rows, latency_outputs
+from planner.serving.parallel import thread_count
 from planner.serving.params import ServingParams
 
 
@@ -58,7 +59,7 @@ def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=Non
     rows = _block_rows(c, p, users, usd_per_gpu_hour)
     if rows is None:        # inputs broadcast in more than one dimension
         return evaluate_reference(c, p, users, usd_per_gpu_hour)
-    return evaluate_rows(c, p, users, usd_per_gpu_hour, rows, BLOCK_ROWS)
+    return evaluate_rows(c, p, users, usd_per_gpu_hour, rows, BLOCK_ROWS, thread_count())
 
 
 def _block_rows(c: ConfigArrays, p: ServingParams, users, usd) -> int | None:

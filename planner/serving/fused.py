@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.serving.arrays import LINK_FAST, ConfigArrays
+from planner.serving.arrays import LINK_FAST, ConfigArrays, scaled
+from planner.serving.parallel import run_in_threads
 from planner.serving.params import ServingParams
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
@@ -34,6 +35,8 @@ _KEYS = ("weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_byt
          "t_comm_s", "tpot_s", "prefill_s", "queue_wait_s", "ttft_s", "throughput_tokens_per_s",
          "per_user_tokens_per_s", "expert_read_fraction", "b_knee")
 _FLOAT_KEYS = tuple(k for k in _KEYS if k not in ("fits", "bound"))
+#: Outputs allocated zero-filled: :func:`_block` writes only their nonzero rows.
+_ZERO_KEYS = ("expert_read_fraction", "queue_wait_s")
 
 
 def latency_outputs(tpot, prefill, wait, throughput, p: ServingParams) -> dict:
@@ -43,12 +46,16 @@ def latency_outputs(tpot, prefill, wait, throughput, p: ServingParams) -> dict:
             "throughput_tokens_per_s": throughput, "per_user_tokens_per_s": 1.0 / tpot}
 
 
-def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, rows: int, block_rows: int) -> dict:
+def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, rows: int, block_rows: int,
+                  threads: int = 1) -> dict:
     """:func:`planner.serving.evaluate.evaluate` of ``rows`` configurations, every input a
-    scalar or an array of ``rows`` elements, in blocks of ``block_rows`` rows."""
+    scalar or an array of ``rows`` elements, in blocks of ``block_rows`` rows computed by
+    ``threads`` threads (:mod:`planner.serving.parallel`; the same numbers for any count)."""
     columns = {name: getattr(c, name) for name in c.__dataclass_fields__}
     params = p.as_dict()
-    out = {key: np.empty(rows) for key in _FLOAT_KEYS}
+    # zero-filled from the allocator (no pass over them): the expert read fraction of dense
+    # rows and, without users, every queue wait are exactly 0
+    out = {key: (np.zeros if key in _ZERO_KEYS else np.empty)(rows) for key in _FLOAT_KEYS}
     out["fits"] = np.empty(rows, dtype=bool)
     out["bound"] = np.empty(rows, dtype=_BOUND_LABELS.dtype)
     if usd_per_gpu_hour is not None:
@@ -56,11 +63,16 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
         usd_per_gpu_hour = np.asarray(usd_per_gpu_hour, dtype=float)
     if users is not None:
         users = np.asarray(users, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for start in range(0, rows, block_rows):
-            cut = slice(start, min(rows, start + block_rows))
-            _block({k: _cut(v, cut) for k, v in columns.items()}, {k: _cut(v, cut) for k, v in params.items()},
-                   _cut(users, cut), _cut(usd_per_gpu_hour, cut), {k: v[cut] for k, v in out.items()})
+    starts = iter(range(0, rows, block_rows))    # shared by the threads
+
+    def work():
+        with np.errstate(divide="ignore", invalid="ignore"):   # per thread (a context variable)
+            for start in starts:
+                cut = slice(start, min(rows, start + block_rows))
+                _block({k: _cut(v, cut) for k, v in columns.items()}, {k: _cut(v, cut) for k, v in params.items()},
+                       _cut(users, cut), _cut(usd_per_gpu_hour, cut), {k: v[cut] for k, v in out.items()})
+
+    run_in_threads(work, min(threads, -(-rows // block_rows)))
     return {key: out[key] for key in _KEYS + tuple(k for k in out if k not in _KEYS)}
 
 
@@ -87,10 +99,19 @@ def _few(mask, n: int) -> np.ndarray | None:
 SATURATED_LOG_MISS = -60.0 * np.log(2.0)
 
 
-def _expert_fraction(miss, log_miss, tokens, known=None) -> np.ndarray:
+def _saturation_tokens(miss) -> np.ndarray:
+    """Token counts above which 1 - miss^tokens is exactly 1.0 (:data:`SATURATED_LOG_MISS`
+    / ln miss; +inf-like where miss = 1): one comparison per row and token count then
+    decides, instead of a product and a comparison (the rounding of the quotient moves the
+    bound by an ulp, far inside the 2^-60 .. 2^-54 margin)."""
+    return SATURATED_LOG_MISS / np.minimum(np.log(miss), -np.finfo(float).tiny)
+
+
+def _expert_fraction(miss, saturated, tokens, known=None) -> np.ndarray:
     """1 - miss^tokens on MoE rows (roofline.expert_read_fraction), the power taken only
-    where the result is not exactly 1.0 and, with ``known = (tokens0, fraction0)``, only
-    where the token counts differ from ``tokens0`` (elsewhere ``fraction0`` is reused)."""
+    where the result is not exactly 1.0 (``tokens > saturated``, :func:`_saturation_tokens`)
+    and, with ``known = (tokens0, fraction0)``, only where the token counts differ from
+    ``tokens0`` (elsewhere ``fraction0`` is reused)."""
     m = miss.size
     tokens = _broadcast(tokens, m)
     if known is not None:
@@ -98,11 +119,11 @@ def _expert_fraction(miss, log_miss, tokens, known=None) -> np.ndarray:
         todo = _few(tokens != known[0], m)
         if todo is None:
             return out
-        pending = todo[~(tokens[todo] * log_miss[todo] < SATURATED_LOG_MISS)]
+        pending = todo[~(tokens[todo] > saturated[todo])]
         out[todo] = 1.0
     else:
         out = np.ones(m)
-        pending = _few(~(tokens * log_miss < SATURATED_LOG_MISS), m)
+        pending = _few(~(tokens > saturated), m)
     if pending is not None and pending.size:
         out[pending] = 1.0 - miss[pending] ** tokens[pending]
     return out
@@ -136,8 +157,8 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     budget -= wpg
     budget -= p["workspace_bytes"]
     kv_per_gpu = kv_seq * kv_fraction
-    kv_needed = np.multiply(b, kv_seq, out=out["kv_bytes_needed_per_gpu"])
-    kv_needed *= kv_fraction
+    b_kv = b * kv_seq        # also the KV term of the arithmetic intensity
+    kv_needed = np.multiply(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
     concurrency = np.divide(budget, kv_per_gpu, out=out["max_concurrency"])
     empty = _few(~(kv_per_gpu > 0), n)
     if empty is not None:
@@ -152,25 +173,24 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     per_stage = b / pp
     micro = np.maximum(per_stage, np.minimum(b, 1.0))
     pt = c["prompt_tokens"]
-    read = {"micro": micro, "prompt": pt, "batch": b}
-    fraction = out["expert_read_fraction"]
-    if moe is None:
-        fraction[...] = 0.0
-        read = {k: dense_read for k in read}
+    if moe is None:         # the expert read fraction stays 0 (zero-filled)
+        read_micro = read_prompt = read_batch = dense_read
     else:
         experts = _at(c["num_experts"], moe)
         miss = _broadcast(1.0 - _at(c["experts_per_token"], moe) / np.maximum(experts, 1), moe.size)
-        log_miss = np.log(miss)
+        saturated = _saturation_tokens(miss)
         stage_tokens = _at(per_stage, moe)
-        stage_fraction = _expert_fraction(miss, log_miss, stage_tokens)
-        fraction[...] = 0.0
-        fraction[moe] = stage_fraction
+        stage_fraction = _expert_fraction(miss, saturated, stage_tokens)
+        out["expert_read_fraction"][moe] = stage_fraction
         eb, base = _at(expert_bytes, moe), _at(dense_read, moe)
-        for key, tokens in read.items():
-            got = _broadcast(dense_read, n).copy()
-            got[moe] = base + eb * _expert_fraction(miss, log_miss, _at(tokens, moe),
-                                                    (stage_tokens, stage_fraction))
-            read[key] = got
+
+        def read(tokens, known, last=False):
+            got = dense_read if last else dense_read.copy()   # the last one in place
+            got[moe] = base + eb * _expert_fraction(miss, saturated, _at(tokens, moe), known)
+            return got
+
+        known = (stage_tokens, stage_fraction)   # the micro-batch is b/S but where b < S
+        read_micro, read_prompt, read_batch = read(micro, known), read(pt, None), read(b, known, last=True)
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
     coeff = 2.0 * (tp - 1.0) / tp * a
@@ -203,7 +223,7 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     flops_base = 2.0 * c["params_active"]
     four_Ld = 4.0 * L * d
     decode_flops = flops_base + four_Ld * ctx
-    gpu_bytes = read["micro"] / nS
+    gpu_bytes = read_micro / nS
     gpu_bytes += micro * kv_seq * kv_fraction
     t_mem = gpu_bytes
     t_mem /= c["bandwidth_bytes_per_s"] * p["memory_efficiency"]
@@ -225,20 +245,19 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     p_comp = two_L * d * pt
     p_comp += flops_base
     p_comp *= pt
-    p_comp /= tp * peak * p["compute_efficiency"] * p["prefill_compute_factor"]
-    p_mem = read["prompt"] / (tp * c["bandwidth_bytes_per_s"] * p["memory_efficiency"])
+    p_comp /= scaled(tp * peak * p["compute_efficiency"], p["prefill_compute_factor"])
+    p_mem = read_prompt / (tp * c["bandwidth_bytes_per_s"] * p["memory_efficiency"])
     prefill = np.maximum(p_comp, p_mem, out=out["prefill_s"])
     prefill += comm(pt)
     prefill += hop(pt)
     # intensities, queue, latencies, economics
     intensity = np.multiply(b, decode_flops, out=out["arithmetic_intensity"])
-    intensity /= read["batch"] + b * kv_seq
+    intensity /= read_batch + b_kv
     np.divide(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
     np.divide(peak, c["bandwidth_bytes_per_s"], out=out["ridge_point"])
     throughput = np.divide(b, tpot, out=out["throughput_tokens_per_s"])
     wait = out["queue_wait_s"]
-    if users is None:       # U = b: ceil(U/b - 1) <= 0, no wait
-        wait[...] = 0.0
+    if users is None:       # U = b: ceil(U/b - 1) <= 0, no wait (zero-filled)
         ttft = np.add(prefill, tpot, out=out["ttft_s"])
     else:
         rounds = np.maximum(np.ceil(users / b - 1.0 - 1e-12), 0.0)

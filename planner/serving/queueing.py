@@ -32,14 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.serving.arrays import ConfigArrays
+from planner.serving.arrays import ConfigArrays, scaled
 from planner.serving.memory import max_concurrency
+from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
+from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401 (re-exported)
+                                   exponential_tail_quantile, mixture_p95_offset)
 
-#: Quantile of the latency SLOs.
-P95 = 0.95
-Z95 = 1.6448536269514722
 #: Correlation of the residual step and the queue waits ahead of a new request.
 QUEUE_CORRELATION = 0.5
 #: Largest branching ratio (life extension per arrival x rate) treated as stable.
@@ -105,75 +105,6 @@ class TrafficArrays:
         return self.prompt_mean_tokens + self.output_mean_tokens * (1.0 + self.output_cv2) / 2.0
 
 
-def erlang_c_halfin_whitt(servers, offered_load, variance_factor=1.0) -> np.ndarray:
-    """P(wait) of M/M/c, Halfin-Whitt approximation: 1 / (1 + beta Phi(beta) / phi(beta)).
-
-    ``beta = (c - a) / sqrt(a * variance_factor)``: the occupancy's variance is
-    ``variance_factor`` times the Poisson one (bursty, self-exciting occupancy);
-    1 when a >= c, 0 when a = 0.
-    """
-    c = np.asarray(servers, dtype=float)
-    a = np.asarray(offered_load, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        beta = (c - a) / np.sqrt(np.maximum(a * variance_factor, 1e-300))
-        # Phi(beta)/phi(beta) via the scaled complementary error function is overkill here;
-        # beta is clipped where the probability is negligible anyway.
-        b = np.clip(beta, -8.0, 8.0)
-        phi = np.exp(-0.5 * b * b) / np.sqrt(2.0 * np.pi)
-        Phi = 0.5 * (1.0 + _erf(b / np.sqrt(2.0)))
-        p = 1.0 / (1.0 + b * Phi / phi)
-    p = np.where(beta > 8.0, 0.0, p)
-    return np.where(a >= c, 1.0, np.where(a <= 0, 0.0, np.clip(p, 0.0, 1.0)))
-
-
-def _erf(x):
-    """Vectorized erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
-    x = np.asarray(x, dtype=float)
-    s = np.sign(x)
-    x = np.abs(x)
-    t = 1.0 / (1.0 + 0.3275911 * x)
-    y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
-               + 0.254829592) * t * np.exp(-x * x)
-    return s * y
-
-
-def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
-    """x with mean over i of Phi(x / sd_i) = 0.95: the p95 offset of an equal-weight mixture
-    of zero-mean normals.
-
-    Starts from the Cornish-Fisher estimate (mixture variance and kurtosis) and refines it
-    with Newton steps on the exact mixture CDF (relative error of the offset < 1.2% after
-    one step, < 1e-3 after two).
-    """
-    s = np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in sds]))
-    s = np.maximum(s, 1e-300)
-    m2 = (s ** 2).mean(axis=0)
-    kurt = 3.0 * ((s ** 4).mean(axis=0) / m2 ** 2 - 1.0)
-    x = np.sqrt(m2) * (Z95 + (Z95 ** 3 - 3.0 * Z95) * kurt / 24.0)
-    low, high = Z95 * s.min(axis=0), Z95 * s.max(axis=0)
-    x = np.clip(x, low, high)
-    for _ in range(newton_steps):
-        u = x / s
-        cdf = (0.5 * (1.0 + _erf(u / np.sqrt(2.0)))).mean(axis=0)
-        pdf = (np.exp(-0.5 * u * u) / (np.sqrt(2.0 * np.pi) * s)).mean(axis=0)
-        x = np.clip(x - (cdf - P95) / np.maximum(pdf, 1e-300), low, high)
-    return x
-
-
-def exponential_tail_quantile(p_wait, mean_wait_given_wait, q) -> np.ndarray:
-    """q-quantile of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise:
-    mean ln(p_wait / (1 - q)) where p_wait > 1 - q, else 0."""
-    p = np.asarray(p_wait, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = mean_wait_given_wait * np.log(p / (1.0 - q))
-    return np.where(p > 1.0 - q, t, 0.0)
-
-
-def exponential_tail_p95(p_wait, mean_wait_given_wait) -> np.ndarray:
-    """p95 of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise."""
-    return exponential_tail_quantile(p_wait, mean_wait_given_wait, P95)
-
-
 def step_model(c: ConfigArrays, p: ServingParams, t: TrafficArrays) -> StepModel:
     """The iteration-time model of configurations ``c`` at the traffic's decode context."""
     return StepModel(c, p, t.decode_context_tokens)
@@ -204,20 +135,21 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
     # Prefill of one request, per prompt stratum: full chunks, then the remainder.
     s_full = step(n, chunk, t.prompt_p95_tokens)
     per_token = np.maximum(s_full - s_d, 0.0) / chunk              # prefill time per prompt token
-    extra, extra2, service, service2 = 0.0, 0.0, 0.0, 0.0
+    chunks = _ChunkedPrefill(s_full, s_d)
+    extra = extra2 = service = service2 = None       # sums over the strata (_sum: the first term as it is)
     m = len(t.prompt_strata_tokens)
     per_token2 = per_token ** 2
     for tokens, attn, var_p in zip(t.prompt_strata_tokens, t.prompt_strata_attention_tokens,
                                    t.prompt_strata_var):
         eff = np.maximum(tokens * hit, 1.0)
         full = np.ceil(eff / chunk) - 1.0
-        cost = full * s_full + step(n, eff - full * chunk, attn)  # time of its prefill steps
-        over = cost - (full + 1.0) * s_d                           # beyond plain decode steps
-        extra = extra + over / m
-        spread = per_token2 * var_p * hit ** 2                     # the stratum's prompt spread
-        extra2 = extra2 + (over ** 2 + spread) / m
-        service = service + cost / m
-        service2 = service2 + (cost ** 2 + spread) / m
+        cost = chunks.cost(full, step(n, eff - full * chunk, attn))  # time of its prefill steps
+        over = cost - chunks.decode_steps(full)                    # beyond plain decode steps
+        extra = _sum(extra, over / m)
+        spread = scaled(per_token2 * var_p, hit ** 2)             # the stratum's prompt spread
+        extra2 = _sum(extra2, (over ** 2 + spread) / m)
+        service = _sum(service, cost / m)
+        service2 = _sum(service2, (cost ** 2 + spread) / m)
     # Arrivals lengthen the lives of the requests decoding, which see more arrivals: a
     # branching ratio phi inflates occupancy and arrival-count variances by 1/(1-phi)^2.
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -231,15 +163,17 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
         # TPOT spread of a request with O output tokens: arrivals during its life (compound
         # Poisson, inflated), each adding its prefill time over the O - 1 tokens and b/2
         # through occupancy; plus the occupancy it starts with. p95 over the O strata.
-        common = rate * tau * burst2 * (extra * slope + slope ** 2 * out_m1 / 4.0) + slope ** 2 * n / 3.0
-        sds = [np.sqrt(common + rate * tau * burst2 * extra2 * inv) for inv in t.output_strata_inv]
+        arrivals, slope2 = rate * tau * burst2, slope ** 2   # (computed once: the same products)
+        common = arrivals * (extra * slope + slope2 * out_m1 / 4.0) + slope2 * n / 3.0
+        per_inv = arrivals * extra2
+        sds = [np.sqrt(common + per_inv * inv) for inv in t.output_strata_inv]
         tpot_p95 = tau + mixture_p95_offset(sds)
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
     slots = _n_max(c, p) if slots is None else slots
     p95_eff = np.maximum(t.prompt_p95_tokens * hit, 1.0)
     full_chunks = np.ceil(np.maximum(p95_eff, 1.0) / chunk) - 1.0
-    service_p95 = full_chunks * s_full + step(n, p95_eff - full_chunks * chunk, t.prompt_p95_tokens)
+    service_p95 = chunks.cost(full_chunks, step(n, p95_eff - full_chunks * chunk, t.prompt_p95_tokens))
     rho = rate * service                 # share of time spent in prefill iterations
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # Residual of the iteration in progress at arrival: a prefill iteration (length
@@ -269,6 +203,37 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
             "ttft_p95_s": np.where(stable, ttft_p95, inf), "stable": stable, "occupancy": n}
 
 
+class _ChunkedPrefill:
+    """The prefill terms of :func:`state_at_occupancy` with ``full`` whole chunks of time
+    ``s_full`` before the rest, without the passes that change no bit where ``full`` is the
+    scalar 0 (prompts shorter than a chunk): 0 x s_full = 0 and 0 + x = x where s_full is
+    finite (step times are >= +0, never -0), and 1 x s_d = s_d always."""
+
+    def __init__(self, s_full, s_d):
+        self.s_full, self.s_d, self._finite = s_full, s_d, None
+
+    def _none(self, full) -> bool:
+        if not (np.ndim(full) == 0 and full == 0.0):
+            return False
+        if self._finite is None:
+            self._finite = bool(np.isfinite(self.s_full).all())
+        return self._finite
+
+    def cost(self, full, rest):
+        """full x s_full + rest: the time of a prefill's steps."""
+        return rest if self._none(full) else full * self.s_full + rest
+
+    def decode_steps(self, full):
+        """(full + 1) x s_d: the same number of plain decode steps."""
+        return self.s_d if np.ndim(full) == 0 and full == 0.0 else (full + 1.0) * self.s_d
+
+
+def _sum(total, term):
+    """total + term, or ``term`` itself for the first term (0.0 + x = x: the sums' terms are
+    never -0, their parts being >= +0 times)."""
+    return term if total is None else total + term
+
+
 def _n_max(c: ConfigArrays, p: ServingParams) -> np.ndarray:
     return np.minimum(c.batch, max_concurrency(c, p)).astype(float)
 
@@ -286,6 +251,12 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
     return capacities_at_slos(c, p, t, [(slo_ttft_p95_s, slo_tpot_p95_s)], steps, model)[0]
 
 
+#: Rows per thread below which the capacity bisection does not share its rows between
+#: threads (:mod:`planner.serving.parallel`): shorter numpy calls leave the GIL-held
+#: Python between them too large a share.
+THREAD_MIN_ROWS = 4096
+
+
 def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int = CAPACITY_BISECTION_STEPS,
                        model: StepModel | None = None) -> list[dict]:
     """:func:`capacity_at_slo` of each ``(slo_ttft_p95_s, slo_tpot_p95_s)`` pair of ``slos``.
@@ -294,13 +265,33 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     pair); a state that several pairs need at the same occupancy of a row (the top and the
     trickle, the first steps before the pairs' decisions part) is computed once, and the
     others on the rows where they differ only (speed: the search's central and margined SLOs).
+    Rows (one-dimensional, scalar SLOs and traffic) are bisected in contiguous ranges by
+    :func:`planner.serving.parallel.thread_count` threads: every row's numbers are its own,
+    whichever range holds it.
     """
     n_max = _n_max(c, p)
+    row_local = n_max.ndim == 1 and all(np.ndim(x) == 0 for pair in slos for x in pair) and _scalar_traffic(t)
+    parts = row_ranges(n_max.size, thread_count(), THREAD_MIN_ROWS) if row_local else []
+    if len(parts) < 2:
+        return _capacities_at_slos(c, p, t, slos, steps, model, n_max)
+    results = map_in_threads(lambda rows: _capacities_at_slos(
+        c.take(rows), p.take(rows), t, slos, steps, None if model is None else model.take(rows), n_max[rows]),
+        parts, len(parts))
+    return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]} for j in range(len(slos))]
+
+
+def _scalar_traffic(t: TrafficArrays) -> bool:
+    """Whether every length statistic of ``t`` is a scalar (one traffic class for all rows)."""
+    return all(np.ndim(x) == 0 for v in vars(t).values() for x in (v if isinstance(v, tuple) else (v,)))
+
+
+def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int,
+                        model: StepModel | None, n_max: np.ndarray) -> list[dict]:
+    """:func:`capacities_at_slos` in this thread (``n_max``: ``_n_max(c, p)``)."""
     steps_model = model or step_model(c, p, t)
     shapes = [np.broadcast_shapes(n_max.shape, np.shape(a), np.shape(b), np.shape(t.prompt_mean_tokens))
               for a, b in slos]
-    scalars = [x for v in vars(t).values() for x in (v if isinstance(v, tuple) else (v,))]
-    shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and all(np.ndim(x) == 0 for x in scalars)
+    shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and _scalar_traffic(t)
 
     def state(n):
         return state_at_occupancy(c, p, t, n, steps_model, n_max)
@@ -329,14 +320,27 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
 
     los = [np.zeros(shape) for shape in shapes]
     his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
-    top_ok = [ok(s, slo) for s, slo in zip(states(his), slos)]
+    tops = states(his)
+    top_ok = [ok(s, slo) for s, slo in zip(tops, slos)]
+    # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
+    # the bisection passes it (the last good mid; the top where it is good) instead of
+    # computed again; only rows that no mid satisfied get their state at n* = 0.
+    kept = [{key: np.zeros(shape) for key in _FINAL_KEYS} for shape in shapes] if shared else None
+    ever = [np.zeros(shape, dtype=bool) for shape in shapes]
     for _ in range(steps):
         mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
-        good = [ok(s, slo) for s, slo in zip(states(mids), slos)]
+        at_mids = states(mids)
+        good = [ok(s, slo) for s, slo in zip(at_mids, slos)]
         los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
         his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
+        if kept is not None:
+            for keep, s, g, e in zip(kept, at_mids, good, ever):
+                for key in _FINAL_KEYS:
+                    np.copyto(keep[key], s[key], where=g)
+                e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
-    finals = states(n_stars)
+    finals = states(n_stars) if kept is None else _finals(kept, tops, top_ok, ever, lambda rows: state_at_occupancy(
+        c.take(rows), p.take(rows), t, np.zeros(rows.size), steps_model.take(rows), n_max[rows]))
     trickles = states([np.full(shape, 1e-6) for shape in shapes])   # which SLO fails at a trickle
     out = []
     for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
@@ -346,6 +350,25 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
         out.append({"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
                     "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first})
     return out
+
+
+#: The state entries :func:`capacities_at_slos` reports at n* (kept during its bisection).
+_FINAL_KEYS = ("rate_per_s", "ttft_p95_s", "tpot_p95_s")
+
+
+def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero) -> list[dict]:
+    """Per SLO pair, the kept states at n*: the top's where it is good, the last good mid's
+    where one was, elsewhere ``at_zero(rows)`` (the state at n = 0 of those rows, computed
+    once for every pair)."""
+    zero_rows = [~(top | e) for top, e in zip(top_ok, ever)]
+    rows = np.flatnonzero(np.logical_or.reduce(zero_rows))
+    zero = at_zero(rows) if rows.size else None
+    for keep, top, ok_top, need in zip(kept, tops, top_ok, zero_rows):
+        for key in _FINAL_KEYS:
+            np.copyto(keep[key], top[key], where=ok_top)
+            if zero is not None:
+                keep[key][rows] = np.where(need[rows], zero[key], keep[key][rows])
+    return kept
 
 
 def state_at_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays, rate_per_s,

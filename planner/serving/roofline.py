@@ -210,6 +210,7 @@ class StepModel:
         with np.errstate(invalid="ignore"):
             self.dense_read = None if self.has_experts else self.dense_bytes + self.expert_bytes * 0.0
         self.layout = (c, p) if moe.has_layout(c) else None   # issue 14: expert load imbalance
+        self._dense_mem = not self.has_experts and self.layout is None   # see decode_terms
         self._prefill_memo: dict = {}
 
     #: Prefill terms kept per (chunk, prompt) pair of scalars (:meth:`_prefill_flops`).
@@ -229,16 +230,20 @@ class StepModel:
 
     def decode_terms(self, decode_batch) -> tuple:
         """The parts of :meth:`time` that depend on the decode batch only: pass them as
-        ``terms`` to several :meth:`time` calls with the same batch (same numbers)."""
+        ``terms`` to several :meth:`time` calls with the same batch (same numbers). A dense
+        model's memory time is one of them (its weight read does not depend on the step's
+        rows); None otherwise."""
         n = np.asarray(decode_batch, dtype=float)
         decoders = micro_batch(n, self.pp)
-        return n, decoders, decoders * self.pp * self.kv_bytes_per_decoder, decoders * self.decode_flops
+        kv_read = decoders * self.pp * self.kv_bytes_per_decoder
+        dense_mem = (self.dense_read + kv_read) * self.mem_s_per_byte if self._dense_mem else None
+        return n, decoders, kv_read, decoders * self.decode_flops, dense_mem
 
     def time(self, decode_batch, prefill_tokens=0.0, prompt_tokens=None, terms: tuple | None = None) -> np.ndarray:
         """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
         prompt tokens from prompts of length ``prompt_tokens`` (default: the configured);
         ``terms``: :meth:`decode_terms` of ``decode_batch``, if already computed."""
-        n, decoders, kv_read, decode_flops = terms if terms is not None else self.decode_terms(decode_batch)
+        n, decoders, kv_read, decode_flops, dense_mem = terms if terms is not None else self.decode_terms(decode_batch)
         t = np.asarray(prefill_tokens, dtype=float)
         pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
         # Speed (same numbers): the decoders' micro-batch once; a decode-only step (t = 0)
@@ -246,12 +251,15 @@ class StepModel:
         # positive time); a dense model no expert term.
         decode_only = t.ndim == 0 and t == 0.0
         rows = decoders if decode_only else micro_batch(n + t, self.pp)
-        read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) if self.has_experts \
-            else self.dense_read
-        if self.layout is not None:   # issue 14: the most loaded EP rank's experts (moe.py)
-            read = self.dense_bytes + self.expert_bytes * moe.loaded_expert_fraction(*self.layout, 1.0 - self.miss ** rows)
-        read = read + kv_read
-        t_mem = read * self.mem_s_per_byte
+        if dense_mem is not None:     # a dense model: (dense read + KV read) x s/byte, kept
+            t_mem = dense_mem
+        else:
+            read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) if self.has_experts \
+                else self.dense_read
+            if self.layout is not None:   # issue 14: the most loaded EP rank's experts (moe.py)
+                read = self.dense_bytes + self.expert_bytes * moe.loaded_expert_fraction(*self.layout, 1.0 - self.miss ** rows)
+            read = read + kv_read
+            t_mem = read * self.mem_s_per_byte
         flops = decode_flops
         if not decode_only:
             flops = flops + self._prefill_flops(t, pt)
