@@ -19,6 +19,7 @@ from planner.accuracy_loads import (CLOSED_LOOP_ITERATIONS, RHO_CAP, Harness, mi
                                     wave_prefill_s)
 from planner.accuracy_rows import FAMILIES, prepare_rows
 from planner.configs import config_arrays
+from planner.parameters import catalog_keys
 from planner.serving import memory
 from planner.serving.memory import engine_memory_params
 from planner.serving.arrays import ConfigArrays
@@ -254,7 +255,8 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     else:
         campaigns = r["campaign"].to_numpy()
         p = calibration.params_for(base, gpus, engines, model_ids=r["model"].to_numpy(),
-                                   math_modes=r["math"].to_numpy(), campaigns=campaigns)
+                                   math_modes=r["math"].to_numpy(), campaigns=campaigns,
+                                   **catalog_keys(catalog, gpus, r["model"].to_numpy()))
         harness = harness or Harness(**calibration.harness_for(gpus, engines, campaigns))
     pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
     prompt, output = r["prompt_tokens"].to_numpy(float), r["output_tokens"].to_numpy(float)
