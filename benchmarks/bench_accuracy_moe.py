@@ -112,8 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--imbalance", type=float, nargs="*", default=[],
                     help="also score with these expert_load_imbalance values")
     ap.add_argument("--disagg-breakdown", action="store_true",
-                    help="print where the disaggregated TTFT misses are, also with the decode steps "
-                         "scaled to each point's measured TPOT (a sensitivity check)")
+                    help="print where the disaggregated TTFT misses are, the measured request rate over "
+                         "the modelled prefill capacity per prefill layout, and the misses with the decode "
+                         "steps scaled to each point's measured TPOT (a sensitivity check)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     catalog = load_catalog()
