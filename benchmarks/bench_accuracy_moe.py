@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 
 from planner.accuracy import load_measurement_files, score_rows
-from planner.accuracy_disagg import score_disagg_rows
+from planner.accuracy_disagg import measured_prefill_load, point_keys, score_disagg_rows
 from planner.accuracy_frontier import TARGETS_PCT, frontier_score, score_line
 from planner.accuracy_layout import layout_rows
 from planner.calibration import load_calibration
@@ -72,6 +72,19 @@ def _ttft_groups(ttft: pd.DataFrame, by) -> pd.DataFrame:
                                                 under=("under", "sum")).round(2)
 
 
+def prefill_load_table(catalog, scored: pd.DataFrame, calibration) -> pd.DataFrame:
+    """Per prefill-worker layout (attention DP, expert parallelism, GPUs per worker), one entry
+    per measured point: points, median and largest measured rate / modelled prefill capacity
+    (:func:`planner.accuracy_disagg.measured_prefill_load`), points above 1."""
+    load = measured_prefill_load(catalog, scored, calibration)
+    points = scored.assign(load=load, point=point_keys(scored).to_numpy()).drop_duplicates("point")
+    points = points.assign(prefill_attention_dp=points["p_attention_dp"] > 1, prefill_ep=points["p_ep"] > 1,
+                           above=points["load"] > 1)
+    return points.groupby(["prefill_attention_dp", "prefill_ep", "p_tp"]).agg(
+        points=("load", "size"), median_load=("load", "median"), max_load=("load", "max"),
+        above_capacity=("above", "sum")).round(2)
+
+
 def disagg_breakdown(catalog, raw: pd.DataFrame, calibration) -> None:
     """Print where the disaggregated TTFT misses are, for the model and with each point's
     decode steps scaled to its measured TPOT (``--disagg-breakdown``)."""
@@ -87,6 +100,9 @@ def disagg_breakdown(catalog, raw: pd.DataFrame, calibration) -> None:
               f" of {len(ttft)}")
         for by in (["source", "engine", "prefill_attention_dp"], ["source", "statistic"], ["source", "users"]):
             print(_ttft_groups(ttft, by).to_string())
+        if not measured:
+            print("measured request rate / modelled prefill capacity n_p B / T(B), per measured point:")
+            print(prefill_load_table(catalog, scored, calibration).to_string())
 
 
 def main(argv=None) -> int:
@@ -96,8 +112,9 @@ def main(argv=None) -> int:
     ap.add_argument("--imbalance", type=float, nargs="*", default=[],
                     help="also score with these expert_load_imbalance values")
     ap.add_argument("--disagg-breakdown", action="store_true",
-                    help="print where the disaggregated TTFT misses are, also with the decode steps "
-                         "scaled to each point's measured TPOT (a sensitivity check)")
+                    help="print where the disaggregated TTFT misses are, the measured request rate over "
+                         "the modelled prefill capacity per prefill layout, and the misses with the decode "
+                         "steps scaled to each point's measured TPOT (a sensitivity check)")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     catalog = load_catalog()
