@@ -146,27 +146,64 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
         if budget_units is not None:
             upper[pos] = min(upper[pos], budget_units // price_units[pos])
 
-    model = cp_model.CpModel()
-    model.name = "llm_deployment_plan"
-    replicas = model.new_int_var_series("replicas", ids, 0, pd.Series(upper, index=ids))
-    use = model.new_bool_var_series("use", ids)
-    spare_ids = ids[can_spare]
-    spare = model.new_bool_var_series("spare", spare_ids)
+    scales = {"cost_units_per_usd": COST_UNITS_PER_USD,
+              "cost_scaling": "exact" if cost_exact else "rounded_up",
+              "load_scaling": "exact" if scaling.exact else "rounded_up",
+              "load_units_per_replica": (LOAD_UNITS_PER_REPLICA if not scaling.exact
+                                         else "per candidate, lcm of its piece-load denominators"),
+              "max_load_units_per_replica": int(scaling.units.max()) if len(ids) else 0,
+              "max_load_overestimate_replicas": scaling.max_overestimate_replicas,
+              "traffic_units": {w: int(v) for w, v in q.items()},
+              "max_scaled_magnitude": MAX_SCALED_MAGNITUDE}
     rows, cols = np.nonzero(cap > 0)
     pairs = pd.MultiIndex.from_arrays([ids[rows], np.array(workloads, dtype=object)[cols]],
                                       names=["candidate_id", "workload"])
-    q_arr = q.to_numpy()
-    coef = scaling.coef[rows, cols]
-    traffic = pd.Series([model.new_int_var(0, int(min(q_arr[k], (scaling.units[j] * upper[j]) // coef[i])),
-                                           f"traffic_units[{ids[j]},{workloads[k]}]")
-                         for i, (j, k) in enumerate(zip(rows, cols))], index=pairs, dtype=object)
+    return emit_model(instance, cands, pruned, workloads, q, pd.Series(upper, index=ids, dtype=np.int64),
+                      pd.Series(price_units, index=ids), pd.Series(scaling.coef[rows, cols], index=pairs, dtype=np.int64),
+                      pd.Series(scaling.units, index=ids), ids[can_spare], tie_break_weights(ids), scales,
+                      budget_units=budget_units, max_distinct_configs=instance.max_distinct_configs)
+
+
+def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Series, workloads: tuple[str, ...],
+               q: pd.Series, upper: pd.Series, price_units: pd.Series, coef: pd.Series, units: pd.Series,
+               spare_ids: pd.Index, weights: pd.Series, scales: dict, *, budget_units: int | None,
+               max_distinct_configs: int | None) -> BuiltModel:
+    """The CP-SAT model (variables and constraints of :func:`build_model`) of scaled data.
+
+    ``cands``: kept candidates in ``candidate_id`` order; ``upper``, ``price_units``,
+    ``units`` (load units per replica) and ``weights`` (tie-break) per candidate; ``coef``:
+    the scaled load of one traffic unit per (candidate_id, workload) pair that can serve,
+    in candidate then workload order; ``q``: traffic units per workload of ``workloads``;
+    ``spare_ids``: the candidates that can serve a redundancy workload.
+    :func:`planner.optimize.blocks.split_model` emits independent parts of a model with
+    the same data, restricted.
+    """
+    ids = pd.Index(cands.index, name="candidate_id")
+    pairs = coef.index
+    upper_arr, units_arr = upper.to_numpy(np.int64), units.to_numpy(np.int64)
+    gpr = cands["gpus_per_replica"].to_numpy(np.int64)
+    can_spare = ids.isin(spare_ids)
+    red_names = set(instance.redundancy_workloads)
+    rows = ids.get_indexer(pairs.get_level_values("candidate_id"))
+    pair_wl = np.asarray(pairs.get_level_values("workload"), dtype=object)
+    coef_arr = coef.to_numpy(np.int64)
+    q_of = q.to_dict()
+
+    model = cp_model.CpModel()
+    model.name = "llm_deployment_plan"
+    replicas = model.new_int_var_series("replicas", ids, 0, upper)
+    use = model.new_bool_var_series("use", ids)
+    spare = model.new_bool_var_series("spare", ids[can_spare])
+    traffic = pd.Series([model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
+                                           f"traffic_units[{ids[j]},{w}]")
+                         for j, w, c in zip(rows, pair_wl, coef_arr)], index=pairs, dtype=object)
 
     role_of = candidate_roles(cands)[rows]
     pool_of = candidate_pools(cands)[rows]
-    for k, name in enumerate(workloads):
-        mine_k = cols == k
+    for name in workloads:
+        mine_k = pair_wl == name
         served = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
-        model.add(cp_model.LinearExpr.sum(served) == int(q_arr[k])).with_name(f"serve[{name}]")
+        model.add(cp_model.LinearExpr.sum(served) == int(q_of[name])).with_name(f"serve[{name}]")
         pools = sorted(set(pool_of[mine_k & (role_of != "both")]))
         for pool in pools:
             # Every request a pool prefills it decodes (same traffic units; one weight format and
@@ -180,19 +217,19 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     for j, cid in enumerate(ids):
         mine = np.flatnonzero(rows == j)
         load = cp_model.LinearExpr.weighted_sum([traffic.iloc[i] for i in mine],
-                                                [int(coef[i]) for i in mine])
-        units = int(scaling.units[j])
+                                                [int(coef_arr[i]) for i in mine])
+        u = int(units_arr[j])
         y = replicas.iloc[j]
         if can_spare[j]:
             s = spare[cid]
-            model.add(load + units * s <= units * y).with_name(f"load[{cid}]")
+            model.add(load + u * s <= u * y).with_name(f"load[{cid}]")
             for i in mine:
-                if red[cols[i]]:
-                    model.add(traffic.iloc[i] <= int(q_arr[cols[i]]) * s).with_name(
-                        f"spare[{cid},{workloads[cols[i]]}]")
+                if pair_wl[i] in red_names:
+                    model.add(traffic.iloc[i] <= int(q_of[pair_wl[i]]) * s).with_name(
+                        f"spare[{cid},{pair_wl[i]}]")
         else:
-            model.add(load <= units * y).with_name(f"load[{cid}]")
-        model.add(y <= int(upper[j]) * use[cid]).with_name(f"use_link[{cid}]")
+            model.add(load <= u * y).with_name(f"load[{cid}]")
+        model.add(y <= int(upper_arr[j]) * use[cid]).with_name(f"use_link[{cid}]")
         model.add(y >= use[cid]).with_name(f"use_floor[{cid}]")
         # A deployed candidate carries traffic: no idle deployments (never optimal; this
         # keeps the k-best alternatives meaningful).
@@ -206,28 +243,15 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     cost_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(p) for p in price_units])
     if budget_units is not None:
         model.add(cost_expr <= budget_units).with_name("budget_usd_per_hour")
-    if instance.max_distinct_configs is not None:
-        model.add(cp_model.LinearExpr.sum(list(use)) <= instance.max_distinct_configs).with_name(
+    if max_distinct_configs is not None:
+        model.add(cp_model.LinearExpr.sum(list(use)) <= max_distinct_configs).with_name(
             "max_distinct_configs")
     model.minimize(cost_expr)
-
-    scales = {"cost_units_per_usd": COST_UNITS_PER_USD,
-              "cost_scaling": "exact" if cost_exact else "rounded_up",
-              "load_scaling": "exact" if scaling.exact else "rounded_up",
-              "load_units_per_replica": (LOAD_UNITS_PER_REPLICA if not scaling.exact
-                                         else "per candidate, lcm of its piece-load denominators"),
-              "max_load_units_per_replica": int(scaling.units.max()) if len(ids) else 0,
-              "max_load_overestimate_replicas": scaling.max_overestimate_replicas,
-              "traffic_units": {w: int(v) for w, v in q.items()},
-              "max_scaled_magnitude": MAX_SCALED_MAGNITUDE}
-    weights = tie_break_weights(ids)
     tie_break_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(w) for w in weights])
     return BuiltModel(model=model, instance=instance, candidates=cands, pruned=pruned,
                       workloads=workloads, replicas=replicas, use=use, spare=spare,
-                      replica_upper=pd.Series(upper, index=ids, dtype=np.int64), traffic=traffic,
-                      traffic_units=q, price_units=pd.Series(price_units, index=ids),
-                      load_coef=pd.Series(coef, index=pairs, dtype=np.int64),
-                      load_units_per_replica=pd.Series(scaling.units, index=ids), cost_expr=cost_expr,
+                      replica_upper=upper, traffic=traffic, traffic_units=q, price_units=price_units,
+                      load_coef=coef, load_units_per_replica=units, cost_expr=cost_expr,
                       tie_break_weights=weights, tie_break_expr=tie_break_expr, scales=scales)
 
 
