@@ -159,7 +159,8 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     pairs = pd.MultiIndex.from_arrays([ids[rows], np.array(workloads, dtype=object)[cols]],
                                       names=["candidate_id", "workload"])
     return emit_model(instance, cands, pruned, workloads, q, pd.Series(upper, index=ids, dtype=np.int64),
-                      pd.Series(price_units, index=ids), pd.Series(scaling.coef[rows, cols], index=pairs, dtype=np.int64),
+                      pd.Series(price_units, index=ids),
+                      pd.Series(scaling.coef[rows, cols], index=pairs, dtype=np.int64),
                       pd.Series(scaling.units, index=ids), ids[can_spare], tie_break_weights(ids), scales,
                       budget_units=budget_units, max_distinct_configs=instance.max_distinct_configs)
 
@@ -194,60 +195,66 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
     replicas = model.new_int_var_series("replicas", ids, 0, upper)
     use = model.new_bool_var_series("use", ids)
     spare = model.new_bool_var_series("spare", ids[can_spare])
-    traffic = pd.Series([model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
-                                           f"traffic_units[{ids[j]},{w}]")
-                         for j, w, c in zip(rows, pair_wl, coef_arr)], index=pairs, dtype=object)
+    tvars = [model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
+                               f"traffic_units[{ids[j]},{w}]")
+             for j, w, c in zip(rows, pair_wl, coef_arr)]
+    traffic = pd.Series(tvars, index=pairs, dtype=object)
+    ys, uses = list(replicas), list(use)
+    spares = dict(zip(spare.index, spare))
+    coefs = [int(c) for c in coef_arr]
+    by_candidate: list[list[int]] = [[] for _ in range(len(ids))]
+    for i, j in enumerate(rows):
+        by_candidate[j].append(i)
 
     role_of = candidate_roles(cands)[rows]
     pool_of = candidate_pools(cands)[rows]
     for name in workloads:
         mine_k = pair_wl == name
-        served = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
+        served = [tvars[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
         model.add(cp_model.LinearExpr.sum(served) == int(q_of[name])).with_name(f"serve[{name}]")
         pools = sorted(set(pool_of[mine_k & (role_of != "both")]))
         for pool in pools:
             # Every request a pool prefills it decodes (same traffic units; one weight format and
             # KV dtype on both sides, prune.POOL_KEY).
             in_pool = mine_k & (pool_of == pool)
-            prefilled = [traffic.iloc[i] for i in np.flatnonzero(in_pool & (role_of == "prefill"))]
-            decoded = [traffic.iloc[i] for i in np.flatnonzero(in_pool & (role_of == "decode"))]
+            prefilled = [tvars[i] for i in np.flatnonzero(in_pool & (role_of == "prefill"))]
+            decoded = [tvars[i] for i in np.flatnonzero(in_pool & (role_of == "decode"))]
             suffix = "" if len(pools) == 1 else f",{pool}"
             model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
                 f"pd_balance[{name}{suffix}]")
     for j, cid in enumerate(ids):
-        mine = np.flatnonzero(rows == j)
-        load = cp_model.LinearExpr.weighted_sum([traffic.iloc[i] for i in mine],
-                                                [int(coef_arr[i]) for i in mine])
+        mine = by_candidate[j]
+        mine_vars = [tvars[i] for i in mine]
+        load = cp_model.LinearExpr.weighted_sum(mine_vars, [coefs[i] for i in mine])
         u = int(units_arr[j])
-        y = replicas.iloc[j]
+        y, used = ys[j], uses[j]
         if can_spare[j]:
-            s = spare[cid]
+            s = spares[cid]
             model.add(load + u * s <= u * y).with_name(f"load[{cid}]")
             for i in mine:
                 if pair_wl[i] in red_names:
-                    model.add(traffic.iloc[i] <= int(q_of[pair_wl[i]]) * s).with_name(
-                        f"spare[{cid},{pair_wl[i]}]")
+                    model.add(tvars[i] <= int(q_of[pair_wl[i]]) * s).with_name(f"spare[{cid},{pair_wl[i]}]")
         else:
             model.add(load <= u * y).with_name(f"load[{cid}]")
-        model.add(y <= int(upper_arr[j]) * use[cid]).with_name(f"use_link[{cid}]")
-        model.add(y >= use[cid]).with_name(f"use_floor[{cid}]")
+        model.add(y <= int(upper_arr[j]) * used).with_name(f"use_link[{cid}]")
+        model.add(y >= used).with_name(f"use_floor[{cid}]")
         # A deployed candidate carries traffic: no idle deployments (never optimal; this
         # keeps the k-best alternatives meaningful).
-        model.add(cp_model.LinearExpr.sum([traffic.iloc[i] for i in mine]) >= use[cid]).with_name(
-            f"use_serves[{cid}]")
+        model.add(cp_model.LinearExpr.sum(mine_vars) >= used).with_name(f"use_serves[{cid}]")
     for gpu, count in sorted(instance.inventory_gpus.items()):
         mask = (cands["gpu"] == gpu).to_numpy()
         if mask.any():
-            model.add(cp_model.LinearExpr.weighted_sum(list(replicas[mask]), [int(g) for g in gpr[mask]])
+            model.add(cp_model.LinearExpr.weighted_sum([ys[j] for j in np.flatnonzero(mask)],
+                                                       [int(g) for g in gpr[mask]])
                       <= int(count)).with_name(f"inventory_gpus[{gpu}]")
-    cost_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(p) for p in price_units])
+    cost_expr = cp_model.LinearExpr.weighted_sum(ys, [int(p) for p in price_units])
     if budget_units is not None:
         model.add(cost_expr <= budget_units).with_name("budget_usd_per_hour")
     if max_distinct_configs is not None:
-        model.add(cp_model.LinearExpr.sum(list(use)) <= max_distinct_configs).with_name(
+        model.add(cp_model.LinearExpr.sum(uses) <= max_distinct_configs).with_name(
             "max_distinct_configs")
     model.minimize(cost_expr)
-    tie_break_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(w) for w in weights])
+    tie_break_expr = cp_model.LinearExpr.weighted_sum(ys, [int(w) for w in weights])
     return BuiltModel(model=model, instance=instance, candidates=cands, pruned=pruned,
                       workloads=workloads, replicas=replicas, use=use, spare=spare,
                       replica_upper=upper, traffic=traffic, traffic_units=q, price_units=price_units,

@@ -60,6 +60,31 @@ def add_min_load(model: cp_model.CpModel, built: BuiltModel, fraction: float) ->
         model.add(load >= floor_units * active).with_name(f"min_load[{cid}]")
 
 
+def meets_min_load(built: BuiltModel, result: SolveResult, fraction: float) -> bool:
+    """Whether a solution of ``built`` satisfies the rows of :func:`add_min_load` for some
+    value of the spare variables (exact integer arithmetic on the model's units)."""
+    if fraction <= 0:
+        return True
+    x = result.traffic_units.to_numpy(np.int64)
+    pair_ids = built.traffic.index.get_level_values("candidate_id")
+    pos = built.replicas.index.get_indexer(pair_ids)
+    coef = built.load_coef.to_numpy(np.int64)
+    load = np.zeros(len(built.replicas), dtype=object)
+    np.add.at(load, pos, (coef * x).astype(object))
+    red = np.isin(np.asarray(built.traffic.index.get_level_values("workload"), dtype=object),
+                  list(built.instance.redundancy_workloads)) & (x > 0)
+    must_spare = set(pair_ids[red])
+    y = result.replicas.to_numpy(np.int64)
+    for j, cid in enumerate(built.replicas.index):
+        units = int(built.load_units_per_replica[cid])
+        floor_units = math.ceil(fraction * units)      # as add_min_load rounds it
+        spares = ((1,) if cid in must_spare else (0, 1)) if cid in built.spare.index else (0,)
+        if not any(load[j] + units * s <= units * int(y[j]) and load[j] >= floor_units * (int(y[j]) - s)
+                   for s in spares):
+            return False
+    return True
+
+
 def _cut(built: BuiltModel, used: set) -> list:
     """The no-good cut of one deployed set over the model's ``use`` variables."""
     return [~var if cid in used else var for cid, var in built.use.items()]
@@ -68,7 +93,8 @@ def _cut(built: BuiltModel, used: set) -> list:
 class WholeModelSearch:
     """The search on the whole model: each cut added to CP-SAT models solved again."""
 
-    def __init__(self, built: BuiltModel, options: SolverOptions, later: SolverOptions, min_load_fraction: float):
+    def __init__(self, built: BuiltModel, options: SolverOptions, later: SolverOptions,
+                 min_load_fraction: float):
         self.built, self.options, self.later, self.fraction = built, options, later, min_load_fraction
         self.plain, self.loaded = built.model.clone(), None
 
@@ -102,11 +128,16 @@ class _Entry:
 class _BlockList:
     """The sets of one block in (cost, T) order, under one kind of model, solved on demand."""
 
-    def __init__(self, block: BuiltModel, first: SolverOptions, later: SolverOptions, fraction: float | None):
-        self.block, self.first, self.later = block, first, later
+    def __init__(self, block: BuiltModel, first: SolverOptions, later: SolverOptions, fraction: float | None,
+                 mirror: "_BlockList | None" = None):
+        self.block, self.first, self.later, self.fraction = block, first, later, fraction
         self.model = block.model.clone()
         if fraction is not None:
             add_min_load(self.model, block, fraction)
+        # The plain model's list of this block: while its entries meet the minimum load they
+        # are this (loaded) list's too (a canonical optimum of a model that also satisfies
+        # added rows is the canonical optimum with them), so they are not solved again.
+        self.mirror = mirror
         self.entries: list[_Entry] = []
         self.ended = False
 
@@ -116,6 +147,13 @@ class _BlockList:
         return self.entries[i] if i < len(self.entries) else None
 
     def _solve(self) -> None:
+        i = len(self.entries)
+        if self.mirror is not None and i < len(self.mirror.entries):
+            entry = self.mirror.entries[i]
+            if meets_min_load(self.block, entry.result, self.fraction):
+                self._add(entry)
+                return
+        self.mirror = None
         result = run_solver(replace(self.block, model=self.model), self.later if self.entries else self.first)
         if result.status == SolveStatus.INFEASIBLE:
             self.ended = True
@@ -125,12 +163,14 @@ class _BlockList:
         y = result.replicas.to_numpy(np.int64)
         key = (int(self.block.price_units.to_numpy(dtype=object) @ y.astype(object)),
                int(self.block.tie_break_weights.to_numpy(np.int64) @ y))
-        used = frozenset(self.block.replicas.index[y > 0])
-        self.entries.append(_Entry(result, key, used))
-        if result.status != SolveStatus.OPTIMAL:
+        self._add(_Entry(result, key, frozenset(self.block.replicas.index[y > 0])))
+
+    def _add(self, entry: _Entry) -> None:
+        self.entries.append(entry)
+        if entry.result.status != SolveStatus.OPTIMAL:
             self.ended = True            # later entries would not be trustworthy
             return
-        self.model.add_bool_or(_cut(self.block, used))
+        self.model.add_bool_or(_cut(self.block, entry.used))
 
 
 class _Combinations:
@@ -192,8 +232,8 @@ class BlockSearch:
     """The search by blocks (see the module docstring): the same plans as
     :class:`WholeModelSearch` of the whole model."""
 
-    def __init__(self, built: BuiltModel, blocks: list[BuiltModel], options: SolverOptions, later: SolverOptions,
-                 min_load_fraction: float):
+    def __init__(self, built: BuiltModel, blocks: list[BuiltModel], options: SolverOptions,
+                 later: SolverOptions, min_load_fraction: float):
         self.built, self.blocks, self.options, self.later = built, blocks, options, later
         self.fraction = min_load_fraction
         ids = np.concatenate([b.replicas.index.to_numpy(object) for b in blocks])
@@ -206,7 +246,8 @@ class BlockSearch:
         if kind not in self.searches:
             first = self.options if kind == FIRST else self.later
             fraction = self.fraction if kind == LOADED else None
-            lists = [_BlockList(b, first, self.later, fraction) for b in self.blocks]
+            mirrors = self.searches[FIRST].lists if kind == LOADED else [None] * len(self.blocks)
+            lists = [_BlockList(b, first, self.later, fraction, m) for b, m in zip(self.blocks, mirrors)]
             self.searches[kind] = _Combinations(lists, self.order)
         return self.searches[kind]
 
@@ -224,8 +265,9 @@ class BlockSearch:
             return SolveResult(SolveStatus.INFEASIBLE, None, None, None, time.perf_counter() - start, {},
                                self.built.scales)
         results = [lst.get(i).result for lst, i in zip(search.lists, combo)]
-        return combine_results(self.built, self.blocks, results, self.options if kind == FIRST else self.later,
-                               self.weight, time.perf_counter() - start)
+        options = self.options if kind == FIRST else self.later
+        return combine_results(self.built, self.blocks, results, options, self.weight,
+                               time.perf_counter() - start)
 
     def forbid(self, used: set) -> None:
         self.found.add(frozenset(used))

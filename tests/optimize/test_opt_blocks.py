@@ -50,7 +50,8 @@ def test_blocks_follow_the_models_and_the_coupling_rows():
         assert block_positions(build_model(multi_model_instance(3, **limit))) is None
     # an inventory limit on every GPU type joins every block that uses it
     gpus = sorted(set(inst.candidates["gpu"]))
-    assert block_positions(build_model(multi_model_instance(3, inventory_gpus={g: 100 for g in gpus}))) is None
+    limited = multi_model_instance(3, inventory_gpus={g: 100 for g in gpus})
+    assert block_positions(build_model(limited)) is None
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -61,7 +62,8 @@ def test_blocks_give_the_whole_models_canonical_plan(seed):
     assert whole.objective_usd_per_hour == parts.objective_usd_per_hour
     assert whole.best_bound_usd_per_hour == parts.best_bound_usd_per_hour and parts.gap == 0
     assert whole.replicas.equals(parts.replicas) and whole.traffic_units.equals(parts.traffic_units)
-    assert parts.solver_params["blocks"] == len(block_positions(built)) and parts.solver_params["proven_unique"]
+    assert parts.solver_params["blocks"] == len(block_positions(built))
+    assert parts.solver_params["proven_unique"]
 
 
 @pytest.mark.parametrize("seed, fraction", [(s, 0.05) for s in range(5)] + [(0, 0.97), (4, 0.97)])
