@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.optimize.blocks import split_model
+from planner.optimize.blocks import emitted, split_model
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.nextplan import FIRST, LOADED, PLAIN, BlockSearch, WholeModelSearch
@@ -86,8 +86,8 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         Receives the :class:`SolveResult` of every solve, in order (the first tells an
         infeasible instance from one whose feasibility the time limit left undecided).
     built : BuiltModel, optional
-        The instance's model (:func:`build_model`), when the caller built it already (to
-        report its pruning); built here otherwise.
+        The instance's model (:func:`build_model`, emitted or not), when the caller built it
+        already (to report its pruning); built here otherwise.
     workers : int, default ALTERNATIVE_WORKERS
         Most CP-SAT workers of the solves after the first (when every plan is canonical).
 
@@ -114,11 +114,11 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         raise ValueError(f"min_load_fraction must be in [0, 1), got {min_load_fraction}")
     if face_limit < 1:
         raise ValueError(f"face_limit must be >= 1, got {face_limit}")
-    built = built if built is not None else build_model(instance)
+    built = built if built is not None else build_model(instance, emit=False)
     later = (replace(options, num_workers=max(1, min(options.num_workers, workers)))
              if options.prove_unique_plan and options.canonical_routing else options)
     blocks = split_model(built)
-    search = (WholeModelSearch(built, options, later, min_load_fraction) if blocks is None
+    search = (WholeModelSearch(emitted(built), options, later, min_load_fraction) if blocks is None
               else BlockSearch(built, blocks, options, later, min_load_fraction))
     forced = False
     found: list[FoundPlan] = []

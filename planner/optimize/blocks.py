@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from planner.optimize.model import BuiltModel, emit_model
+from planner.optimize.scaling import limit_cost_units
 
 
 def block_positions(built: BuiltModel) -> list[np.ndarray] | None:
@@ -74,22 +75,38 @@ def block_positions(built: BuiltModel) -> list[np.ndarray] | None:
 
 def split_model(built: BuiltModel) -> list[BuiltModel] | None:
     """The independent blocks of a model as models of their own (see the module docstring),
-    or None when it is one block (:func:`block_positions`)."""
+    or None when it is one block (:func:`block_positions`). ``built`` may be unemitted
+    (``build_model(..., emit=False)``)."""
     positions = block_positions(built)
     if positions is None:
         return None
-    pair_ids = built.traffic.index.get_level_values("candidate_id")
-    out = []
-    for pos in positions:
-        ids = built.replicas.index[pos]
-        mine = pair_ids.isin(ids)
-        coef = built.load_coef[mine]
+    return [_restricted(built, pos) for pos in positions]
+
+
+def emitted(built: BuiltModel) -> BuiltModel:
+    """``built`` with its CP-SAT model: itself when emitted, else the whole model emitted
+    from its data (the model :func:`build_model` emits)."""
+    if built.model is not None:
+        return built
+    inst = built.instance
+    budget = None if inst.budget_usd_per_hour is None else limit_cost_units(inst.budget_usd_per_hour)
+    return _restricted(built, np.arange(len(built.replicas)), budget, inst.max_distinct_configs,
+                       built.workloads)
+
+
+def _restricted(built: BuiltModel, pos: np.ndarray, budget_units: int | None = None,
+                max_distinct_configs: int | None = None, workloads: tuple | None = None) -> BuiltModel:
+    """The model of the candidates at positions ``pos`` and of ``workloads`` (default: those
+    they serve)."""
+    ids = built.replicas.index[pos]
+    mine = built.traffic.index.get_level_values("candidate_id").isin(ids)
+    coef = built.load_coef[mine]
+    if workloads is None:
         names = set(coef.index.get_level_values("workload"))
         workloads = tuple(w for w in built.workloads if w in names)
-        out.append(emit_model(
-            built.instance, built.candidates.iloc[pos], built.pruned, workloads,
-            built.traffic_units.loc[list(workloads)], built.replica_upper.iloc[pos],
-            built.price_units.iloc[pos], coef, built.load_units_per_replica.iloc[pos],
-            built.spare.index[built.spare.index.isin(ids)], built.tie_break_weights.iloc[pos], built.scales,
-            budget_units=None, max_distinct_configs=None))
-    return out
+    return emit_model(
+        built.instance, built.candidates.iloc[pos], built.pruned, workloads,
+        built.traffic_units.loc[list(workloads)], built.replica_upper.iloc[pos],
+        built.price_units.iloc[pos], coef, built.load_units_per_replica.iloc[pos],
+        built.spare.index[built.spare.index.isin(ids)], built.tie_break_weights.iloc[pos], built.scales,
+        budget_units=budget_units, max_distinct_configs=max_distinct_configs)

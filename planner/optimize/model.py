@@ -79,7 +79,7 @@ class BuiltModel:
     scales: dict
 
 
-def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel:
+def build_model(instance: PlanningInstance, *, prune: bool = True, emit: bool = True) -> BuiltModel:
     """Build the min-cost CP-SAT model of an instance.
 
     Parameters
@@ -91,6 +91,11 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
         prefill/decode pools another pool covers (:func:`prune_dominated_pools`) and the
         prefill/decode candidates replicas of a smaller one replace
         (:func:`prune_replica_multiples`).
+    emit : bool, default True
+        False: the scaled data only, ``model``, the variables and the expressions None (the
+        variable Series hold None with their index), for
+        :func:`planner.optimize.blocks.split_model`, which emits the independent blocks
+        alone, and :func:`planner.optimize.blocks.emitted`, which emits the whole model.
 
     Returns
     -------
@@ -158,11 +163,19 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
     rows, cols = np.nonzero(cap > 0)
     pairs = pd.MultiIndex.from_arrays([ids[rows], np.array(workloads, dtype=object)[cols]],
                                       names=["candidate_id", "workload"])
-    return emit_model(instance, cands, pruned, workloads, q, pd.Series(upper, index=ids, dtype=np.int64),
-                      pd.Series(price_units, index=ids),
-                      pd.Series(scaling.coef[rows, cols], index=pairs, dtype=np.int64),
-                      pd.Series(scaling.units, index=ids), ids[can_spare], tie_break_weights(ids), scales,
-                      budget_units=budget_units, max_distinct_configs=instance.max_distinct_configs)
+    upper_s, price_s = pd.Series(upper, index=ids, dtype=np.int64), pd.Series(price_units, index=ids)
+    coef_s = pd.Series(scaling.coef[rows, cols], index=pairs, dtype=np.int64)
+    units_s, weights = pd.Series(scaling.units, index=ids), tie_break_weights(ids)
+    if not emit:
+        none = {"dtype": object}
+        return BuiltModel(model=None, instance=instance, candidates=cands, pruned=pruned, workloads=workloads,
+                          replicas=pd.Series(None, index=ids, **none), use=pd.Series(None, index=ids, **none),
+                          spare=pd.Series(None, index=ids[can_spare], **none), replica_upper=upper_s,
+                          traffic=pd.Series(None, index=pairs, **none), traffic_units=q, price_units=price_s,
+                          load_coef=coef_s, load_units_per_replica=units_s, cost_expr=None,
+                          tie_break_weights=weights, tie_break_expr=None, scales=scales)
+    return emit_model(instance, cands, pruned, workloads, q, upper_s, price_s, coef_s, units_s, ids[can_spare],
+                      weights, scales, budget_units=budget_units, max_distinct_configs=instance.max_distinct_configs)
 
 
 def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Series, workloads: tuple[str, ...],

@@ -11,7 +11,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
-from planner.optimize.blocks import split_model
+from planner.optimize.blocks import emitted, split_model
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
@@ -198,11 +198,12 @@ def combine_results(built: BuiltModel, blocks: list[BuiltModel], results: list, 
 def solve_blocks(built: BuiltModel, options: SolverOptions = SolverOptions(), hint: dict | None = None
                  ) -> SolveResult:
     """:func:`run_solver` of a model, block by block when it splits (the same canonical plan,
-    see the module docstring); the whole model in one solve otherwise."""
+    see :mod:`planner.optimize.blocks`); the whole model in one solve otherwise. ``built``
+    may be unemitted (``build_model(..., emit=False)``): only what is solved is emitted."""
     start = time.perf_counter()
     blocks = split_model(built)
     if blocks is None:
-        return run_solver(built, options, hint)
+        return run_solver(emitted(built), options, hint)
     results = []
     for block in blocks:
         results.append(run_solver(block, options, hint))
@@ -325,6 +326,6 @@ def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions(), 
     (SolveResult, Plan or None)
         The plan is None whenever no solution was found; never an empty plan.
     """
-    built = build_model(instance)
+    built = build_model(instance, emit=False)      # solve_blocks emits the blocks, or the whole
     result = solve_blocks(built, options, hint)
     return result, read_plan(built, result)
