@@ -168,8 +168,20 @@ def _strong(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, gpu: str | None
     for k in range(lo.shape[1]):
         for value in (lo[idx, k] / price, lo[idx, k]):
             if (value > 0).any():
-                strong.update(np.argsort(-value, kind="stable")[:STRONG_PER_WORKLOAD].tolist())
+                strong.update(_largest(value, STRONG_PER_WORKLOAD).tolist())
     return idx, np.array(sorted(strong), dtype=int)
+
+
+def _largest(value: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest values, ties to the earlier position: the first k of
+    ``np.argsort(-value, kind="stable")``, by a partition instead of a full sort."""
+    if len(value) <= k or np.isnan(value).any():
+        return np.argsort(-value, kind="stable")[:k]
+    threshold = -np.partition(-value, k - 1)[k - 1]          # the k-th largest value
+    above = np.flatnonzero(value > threshold)
+    at = np.flatnonzero(value == threshold)[:k - len(above)]
+    chosen = np.concatenate([above, at])
+    return chosen[np.argsort(-value[chosen], kind="stable")]
 
 
 def _undominated(curves: Curves, hi: np.ndarray, limited: set, gpu: str | None, idx: np.ndarray,
