@@ -174,8 +174,9 @@ def build_model(instance: PlanningInstance, *, prune: bool = True, emit: bool = 
                           traffic=pd.Series(None, index=pairs, **none), traffic_units=q, price_units=price_s,
                           load_coef=coef_s, load_units_per_replica=units_s, cost_expr=None,
                           tie_break_weights=weights, tie_break_expr=None, scales=scales)
-    return emit_model(instance, cands, pruned, workloads, q, upper_s, price_s, coef_s, units_s, ids[can_spare],
-                      weights, scales, budget_units=budget_units, max_distinct_configs=instance.max_distinct_configs)
+    return emit_model(instance, cands, pruned, workloads, q, upper_s, price_s, coef_s, units_s,
+                      ids[can_spare], weights, scales, budget_units=budget_units,
+                      max_distinct_configs=instance.max_distinct_configs)
 
 
 def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Series, workloads: tuple[str, ...],
