@@ -1,8 +1,9 @@
 """The command dispatcher imports only what the command it runs needs (process start, issue 19).
 
 ``planner.cli.COMMAND_MODULES`` names every command's module without importing it; a run
-imports only its command's module, and ``planner solve --json`` without fronts imports
-neither the simulator, the fronts nor the diagnosis. ``planner --help`` still lists every
+imports only its command's module, and ``planner solve --json`` without fronts of an
+aggregated problem imports neither the simulator, the fronts, the diagnosis nor the
+disaggregated serving model. ``planner --help`` still lists every
 command with its help line, also with a command after ``--help``.
 """
 
@@ -18,6 +19,7 @@ from conftest import ROOT, run_cli
 #: Modules that ``planner solve P --json --no-pareto`` of a feasible problem must not import.
 NOT_ON_THE_SOLVE_PATH = ("planner.verify", "planner.simulate", "planner.pareto", "planner.front_capacity",
                          "planner.diagnosis", "planner.outputs.writer", "planner.outputs.plots",
+                         "planner.disagg_roles", "planner.serving.disagg",
                          "planner.cli.budget", "planner.cli.simulate", "planner.cli.accuracy",
                          "planner.cli.calibrate", "planner.cli.evaluate", "matplotlib")
 
