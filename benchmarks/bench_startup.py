@@ -24,9 +24,10 @@ validates the catalogs). Nothing is asserted. On a shared machine compare the CP
 Bytecode: Python compiles a module from source at every import when no ``__pycache__`` file
 holds it, which is what happens to the planner's own modules (an editable install) where
 ``PYTHONDONTWRITEBYTECODE`` is set: that costs a few tenths of a second of CPU per run on the
-``solve`` path (the installed libraries come with their bytecode). The script says so when a
-tree has no bytecode of ``planner/``; ``--compile`` writes it first (``python -m compileall``
-on each tree's ``planner/``), as a normal install or a first run without that variable does.
+``solve`` path (the installed libraries come with their bytecode). The script says so when
+that variable is set and a tree has no bytecode of ``planner/``; ``--compile`` writes it
+first (``python -m compileall`` on each tree's ``planner/``), as a normal install or a first
+run without that variable does.
 """
 
 from __future__ import annotations
@@ -107,10 +108,9 @@ def main(argv=None) -> int:
     for name, tree in trees.items():
         if args.compile:
             subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "planner")], check=True)
-        elif not _has_bytecode(tree):
-            print(f"note: {name} tree {tree}: no bytecode of planner/ (PYTHONDONTWRITEBYTECODE="
-                  f"{os.environ.get('PYTHONDONTWRITEBYTECODE', '')!r}): every run compiles its modules "
-                  "from source; --compile writes it first", file=sys.stderr)
+        elif os.environ.get("PYTHONDONTWRITEBYTECODE") and not _has_bytecode(tree):
+            print(f"note: {name} tree {tree}: no bytecode of planner/ and PYTHONDONTWRITEBYTECODE is set: "
+                  "every run compiles its modules from source; --compile writes it first", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         caches = {name: "off" if args.cold else str(Path(tmp) / name) for name in trees}
         for name, tree in trees.items():                     # warm each tree's catalog cache

@@ -79,7 +79,7 @@ def _command_of(argv) -> str:
 def _may_print_help(argv) -> bool:
     """Whether ``argv`` may ask for help (``-h``, ``--help`` or an abbreviation of it), so
     that ``planner --help`` with a command after it still lists every command's help line."""
-    return any(arg.startswith(("-h", "--h")) for arg in argv)
+    return any(str(arg).startswith(("-h", "--h")) for arg in argv)
 
 
 #: Registration hooks added at run time (tests, plugins).
