@@ -1,6 +1,7 @@
 """Process start of the ``planner`` command: whole-process wall and CPU time of a few commands.
 
     python benchmarks/bench_startup.py [--reps N] [--base TREE] [--solve PROBLEM.yaml] [--cold] [--only CMD]
+                                       [--compile]
 
 Runs ``planner --help``, ``planner validate problems/chat-70b.yaml`` and ``planner solve
 PROBLEM --json --no-pareto`` (default PROBLEM: ``problems/chat-70b.yaml``) as fresh
@@ -19,6 +20,14 @@ tree (``-P``: the current directory is not on ``sys.path``). The parsed-catalog 
 (``PLANNER_CACHE_DIR``) is a fresh temporary directory per tree, warmed by one untimed run,
 so the times are those of a repeated run; ``--cold`` turns it off (each run parses and
 validates the catalogs). Nothing is asserted. On a shared machine compare the CPU times.
+
+Bytecode: Python compiles a module from source at every import when no ``__pycache__`` file
+holds it, which is what happens to the planner's own modules (an editable install) where
+``PYTHONDONTWRITEBYTECODE`` is set: that costs a few tenths of a second of CPU per run on the
+``solve`` path (the installed libraries come with their bytecode). The script says so when
+that variable is set and a tree has no bytecode of ``planner/``; ``--compile`` writes it
+first (``python -m compileall`` on each tree's ``planner/``), as a normal install or a first
+run without that variable does.
 """
 
 from __future__ import annotations
@@ -74,6 +83,11 @@ def _run(tree: Path, args: list[str], cache_dir: str) -> tuple[float, float, flo
     return wall, cpu, plan_cpu, proc.stdout
 
 
+def _has_bytecode(tree: Path) -> bool:
+    """Whether ``tree/planner`` holds this interpreter's bytecode of its package module."""
+    return (tree / "planner" / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc").exists()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5)
@@ -81,6 +95,8 @@ def main(argv=None) -> int:
     ap.add_argument("--solve", default="problems/chat-70b.yaml", help="problem of the timed solve")
     ap.add_argument("--cold", action="store_true", help="no parsed-catalog cache (PLANNER_CACHE_DIR=off)")
     ap.add_argument("--only", choices=("help", "validate", "solve"), help="time one command only")
+    ap.add_argument("--compile", action="store_true",
+                    help="write the bytecode of each tree's planner/ first (python -m compileall)")
     args = ap.parse_args(argv)
     warm = ["validate", "problems/chat-70b.yaml"]
     commands = {"help": ["--help"],
@@ -89,6 +105,12 @@ def main(argv=None) -> int:
     if args.only:
         commands = {args.only: commands[args.only]}
     trees = {"work": ROOT, **({"base": args.base.resolve()} if args.base else {})}
+    for name, tree in trees.items():
+        if args.compile:
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "planner")], check=True)
+        elif os.environ.get("PYTHONDONTWRITEBYTECODE") and not _has_bytecode(tree):
+            print(f"note: {name} tree {tree}: no bytecode of planner/ and PYTHONDONTWRITEBYTECODE is set: "
+                  "every run compiles its modules from source; --compile writes it first", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         caches = {name: "off" if args.cold else str(Path(tmp) / name) for name in trees}
         for name, tree in trees.items():                     # warm each tree's catalog cache

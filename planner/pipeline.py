@@ -12,9 +12,7 @@ import time
 
 import pandas as pd
 
-from planner.diagnosis import diagnose as diagnose_problem, undecided_finding
 from planner.optimize import SolveStatus
-from planner.pareto import pareto_fronts
 from planner.planning import (PlanResult, candidate_counts, find_plans, planning_instance, rank_plans,
                               search_candidates, solver_options)
 from planner.problem import Problem
@@ -43,6 +41,8 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
     front_mode, fronts = fronts, pd.DataFrame()
     t_pareto = 0.0          # only the fronts' own time (0 with --no-pareto)
     if plans and pareto and not problem.measured:
+        from planner.pareto import pareto_fronts  # the fronts' modules only when fronts are asked for
+
         t_fronts = time.perf_counter()
         used = sorted({g for p in plans for g in p.gpus_by_type})
         fronts = pareto_fronts(problem, candidates, params, options,
@@ -58,9 +58,13 @@ def plan(problem: Problem, *, top_k: int | None = None, time_limit_s: float | No
         timings["verify"] = time.perf_counter() - t_verify
     if plans or not diagnose:
         diagnosis = []
-    elif solutions.undecided:
+    elif solutions.undecided:  # the diagnosis's modules only without a plan (process start)
+        from planner.diagnosis import undecided_finding
+
         diagnosis = [undecided_finding(options)]
     else:
+        from planner.diagnosis import diagnose as diagnose_problem
+
         diagnosis = diagnose_problem(problem, candidates, params, instance, options)
     daily = None
     if plans and (problem.spec.load_profile or any(w.load_profile for w in problem.spec.workloads)):

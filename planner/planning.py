@@ -22,7 +22,6 @@ from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
                                            plan_alternatives)
 from planner.optimize.model import build_model
-from planner.disagg_roles import pool_scale_out_bytes_per_s, role_latency
 from planner.optimize.prune import candidate_blocks, candidate_pools, candidate_roles, prefilter_dominated, role_blocks
 from planner.parameters import ProblemParams
 from planner.problem import Problem
@@ -292,6 +291,8 @@ def predicted_latency(problem: Problem, candidates: pd.DataFrame, params: Proble
             mine = roles == role
             sub = rows[mine]
             arrays, sub_params = workload_arrays(problem, sub, w), params.of(sub)
+            if role != "both":  # the disaggregated model only for rows with roles (process start)
+                from planner.disagg_roles import pool_scale_out_bytes_per_s, role_latency
             state = (state_at_rate(arrays, sub_params, traffic, equivalent_rate[mine]) if role == "both" else
                      role_latency(role, arrays, sub_params, traffic, equivalent_rate[mine],
                                   pool_scale_out_bytes_per_s(problem.catalog, problem.gpus)))

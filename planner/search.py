@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planner import dimensions, disagg_roles, parameters
+from planner import dimensions, parameters
 from planner.configs import config_arrays
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -278,6 +278,8 @@ def _by_role(problem: Problem, rows: pd.DataFrame, workload, params: ServingPara
              traffic: TrafficArrays, ttft: float, tpot: float, margins: Margins | None) -> dict:
     """:func:`workload_capacity` of rows with roles: the aggregated rows as there, the
     prefill-role and decode-role rows by :func:`planner.disagg_roles.role_capacity`."""
+    from planner import disagg_roles  # the disaggregated model only for rows with roles (process start)
+
     roles = np.asarray(rows["role"])
     out: dict = {}
     scale_out = disagg_roles.pool_scale_out_bytes_per_s(problem.catalog, problem.gpus)

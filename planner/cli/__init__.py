@@ -9,23 +9,10 @@ command modules.
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
-from planner.cli import (
-    accuracy,
-    budget,
-    calibrate,
-    catalog,
-    evaluate,
-    import_bench,
-    knee,
-    simulate,
-    solve,
-    sweep,
-    train,
-    validate,
-)
 from planner.cli.helpers import (  # noqa: F401 - the exit codes are part of this module's interface
     EXIT_INFEASIBLE,
     EXIT_INPUT,
@@ -37,31 +24,42 @@ from planner.cli.helpers import (  # noqa: F401 - the exit codes are part of thi
 )
 from planner.errors import PlanningInputError
 
-#: The command modules, in the order of ``planner --help``; each names its subcommand
-#: (``COMMAND``, ``HELP``) and registers it with its flags with ``add_parser(subparsers)``.
-COMMANDS = (evaluate, knee, sweep, train, catalog, solve, validate, simulate, budget, accuracy, calibrate,
-            import_bench)
+#: The commands in the order of ``planner --help``: command name -> its module of
+#: ``planner.cli``, which names it (``COMMAND``, ``HELP``) and registers it with its flags
+#: (``add_parser(subparsers)``). A run imports only the module of its command (process start;
+#: tests/test_cli_dispatch.py checks the names against the modules).
+COMMAND_MODULES = {"eval": "evaluate", "knee": "knee", "sweep": "sweep", "train": "train", "catalog": "catalog",
+                   "solve": "solve", "validate": "validate", "simulate": "simulate", "budget": "budget",
+                   "accuracy": "accuracy", "calibrate": "calibrate", "import-bench": "import_bench"}
 
 
-def build_parser(command: str | None = None, add_help: bool = True) -> Parser:
+def command_module(name: str):
+    """The module of ``planner.cli`` that registers command ``name`` (imported on first use)."""
+    return importlib.import_module(f"{__name__}.{COMMAND_MODULES[name]}")
+
+
+def build_parser(command: str | None = None, add_help: bool = True, help_lines: bool = True) -> Parser:
     """The ``planner`` parser: every command with its flags, or with ``command`` only that
-    command's flags and the others by name and help line.
+    command's flags and the others by name and help line (``help_lines=False``: by name only).
 
     Building a command's flags imports what their help texts show (the serving parameters'
     seed values, the simulator's defaults), so :func:`main` builds only the flags of the
     command it runs (:func:`_command_of`); ``planner --help`` and errors before the command
-    need none (``command=""``).
+    need none (``command=""``). The help lines of the other commands import their modules, so
+    :func:`main` asks for them only when ``planner --help`` can print them.
     """
     parser = Parser(prog="planner", add_help=add_help, description="LLM deployment planner: which GPUs, "
                     "how many, in which configuration, how fast, at what cost per million tokens.")
     parser.add_argument("--catalog-dir", help="directory with gpus/models/quantization/prices YAML "
                         "(default: the shipped catalogs)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
-    for module in COMMANDS:
-        if command is None or module.COMMAND == command:
-            module.add_parser(sub)
+    for name in COMMAND_MODULES:
+        if command is None or name == command:
+            command_module(name).add_parser(sub)
+        elif help_lines:
+            sub.add_parser(name, help=command_module(name).HELP, add_help=False)
         else:
-            sub.add_parser(module.COMMAND, help=module.HELP, add_help=False)
+            sub.add_parser(name, add_help=False)
     for register in _EXTRA_COMMANDS:
         register(sub)
     return parser
@@ -70,12 +68,18 @@ def build_parser(command: str | None = None, add_help: bool = True) -> Parser:
 def _command_of(argv) -> str:
     """The command ``argv`` runs, as argparse reads it (options, abbreviations), or "" when it
     names none (``planner --help``, a usage error: the full parse reports it)."""
-    probe = build_parser(command="", add_help=False)
+    probe = build_parser(command="", add_help=False, help_lines=False)
     try:
         args, _ = probe.parse_known_args(argv)
     except UsageError:
         return ""
     return args.command or ""
+
+
+def _may_print_help(argv) -> bool:
+    """Whether ``argv`` may ask for help (``-h``, ``--help`` or an abbreviation of it), so
+    that ``planner --help`` with a command after it still lists every command's help line."""
+    return any(str(arg).startswith(("-h", "--h")) for arg in argv)
 
 
 #: Registration hooks added at run time (tests, plugins).
@@ -96,7 +100,8 @@ def _run(argv) -> int:
     from planner.cli.checks import check_flags
     from planner.signals import exit_code
 
-    parser = build_parser(_command_of(argv))
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command_of(argv), help_lines=_may_print_help(argv))
     try:
         args = parser.parse_args(argv)
         check_flags(parser, args)

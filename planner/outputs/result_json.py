@@ -10,8 +10,6 @@ import pandas as pd
 from planner import dimensions
 from planner.margins import Margins
 from planner.planning import PlanResult
-from planner.verify import COLUMNS as VERIFY_COLUMNS
-from planner.verify import settings as verify_settings
 
 #: Plan keys of the cost per 1M tokens, with the token basis each counts.
 PER_MILLION_LABELS = (("usd_per_million_tokens", "output"), ("usd_per_million_input_tokens", "input"),
@@ -28,8 +26,9 @@ def _none_if_nan(v):
     return v
 
 
-def _workload_entry(r, margins: Margins) -> dict:
-    """One routed workload of a deployment: rate, central p95s, p95s at the confidence, simulated."""
+def _workload_entry(r, margins: Margins, verify_columns: tuple = ()) -> dict:
+    """One routed workload of a deployment: rate, central p95s, p95s at the confidence, simulated
+    (``verify_columns``: :data:`planner.verify.COLUMNS` of a verified result, else none)."""
     out = {"rate_per_s": float(r.rate_per_s), "ttft_p95_s": _none_if_nan(float(r.ttft_p95_s)),
            "tpot_p95_s": _none_if_nan(float(r.tpot_p95_s))}
     if margins.model_error:
@@ -37,13 +36,14 @@ def _workload_entry(r, margins: Margins) -> dict:
             central = out[f"{metric}_p95_s"]
             at_q = None if central is None else central * margins.factor(metric)
             out[f"{metric}_p95_at_confidence_s"] = at_q
-    for col in VERIFY_COLUMNS:
+    for col in verify_columns:
         if hasattr(r, col):
             out[col] = _none_if_nan(float(getattr(r, col)))
     return out
 
 
-def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem=None) -> dict:
+def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem=None,
+                verify_columns: tuple = ()) -> dict:
     mine = routing[routing["candidate_id"] == dep["candidate_id"]]
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
@@ -55,7 +55,7 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
         "quality": ({"recovery": _none_if_nan(dep["quality_recovery"]), "source": dep["quality_source"]}
                     if "quality_source" in dep else None),
         "planned_load_fraction": _none_if_nan(float(dep.get("planned_load_fraction", dep["load_fraction"]))),
-        "workloads": {r.workload: _workload_entry(r, margins) for r in mine.itertuples()},
+        "workloads": {r.workload: _workload_entry(r, margins, verify_columns) for r in mine.itertuples()},
     }
     out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
     out = {k: v for k, v in out.items() if v is not None}
@@ -95,6 +95,13 @@ def result_to_dict(result: PlanResult) -> dict:
     """The JSON document of a solve: status, plans, pareto, solver, candidates, diagnosis."""
     problem = result.problem
     margins = Margins.of(problem)
+    verification = None
+    if result.verified:  # the simulator's modules only for a verified result (process start)
+        from planner.verify import COLUMNS as verify_columns, settings as verify_settings
+
+        verification = verify_settings()
+    else:
+        verify_columns = ()
     plans = []
     for p in result.plans:
         plans.append({
@@ -104,7 +111,8 @@ def result_to_dict(result: PlanResult) -> dict:
             "usd_per_million_total_tokens": p.usd_per_million_total_tokens,
             "gpus": int(p.deployments["gpus"].sum()),
             "gpus_by_type": p.gpus_by_type,
-            "deployments": [_deployment(d, p.routing, margins, problem) for _, d in p.deployments.iterrows()],
+            "deployments": [_deployment(d, p.routing, margins, problem, verify_columns)
+                            for _, d in p.deployments.iterrows()],
         })
     pareto = [] if result.pareto.empty else [
         {k: _none_if_nan(v) for k, v in row.items()} for row in result.pareto.to_dict(orient="records")]
@@ -124,7 +132,7 @@ def result_to_dict(result: PlanResult) -> dict:
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
         "serving_parameters": _parameters_used(result),
         "margins": margins.describe(),
-        **({"verification": verify_settings()} if result.verified else {}),
+        **({"verification": verification} if result.verified else {}),
         "timings_s": result.timings_s,
         **({"usd_per_day": result.daily["usd_per_day"], "daily": result.daily} if result.daily else {}),
     }

@@ -1,0 +1,63 @@
+"""The command dispatcher imports only what the command it runs needs (process start, issue 19).
+
+``planner.cli.COMMAND_MODULES`` names every command's module without importing it; a run
+imports only its command's module, and ``planner solve --json`` without fronts of an
+aggregated problem imports neither the simulator, the fronts, the diagnosis nor the
+disaggregated serving model. ``planner --help`` still lists every
+command with its help line, also with a command after ``--help``.
+"""
+
+import importlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+#: Modules that ``planner solve P --json --no-pareto`` of a feasible problem must not import.
+NOT_ON_THE_SOLVE_PATH = ("planner.verify", "planner.simulate", "planner.pareto", "planner.front_capacity",
+                         "planner.diagnosis", "planner.outputs.writer", "planner.outputs.plots",
+                         "planner.disagg_roles", "planner.serving.disagg",
+                         "planner.cli.budget", "planner.cli.simulate", "planner.cli.accuracy",
+                         "planner.cli.calibrate", "planner.cli.evaluate", "matplotlib")
+
+
+def test_every_command_module_is_named_by_its_command():
+    from planner import cli
+
+    files = sorted(p.stem for p in (ROOT / "planner" / "cli").glob("*.py"))
+    registering = [f for f in files if hasattr(importlib.import_module(f"planner.cli.{f}"), "add_parser")]
+    assert sorted(cli.COMMAND_MODULES.values()) == registering
+    for name, module in cli.COMMAND_MODULES.items():
+        assert cli.command_module(name).COMMAND == name, module
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--help", "solve"], ["--he", "validate", "x.yaml"]])
+def test_top_level_help_lists_every_command_with_its_help_line(argv):
+    from planner import cli
+
+    out, _ = run_cli(*argv)
+    words = " ".join(out.split())                      # argparse wraps the help lines
+    for name in cli.COMMAND_MODULES:
+        assert f" {name} {' '.join(cli.command_module(name).HELP.split())} " in words, name
+
+
+def test_solve_json_imports_only_what_it_uses():
+    """One real process (``planner.cli.run``, as the ``planner`` command): the JSON document
+    is complete, and none of :data:`NOT_ON_THE_SOLVE_PATH` was imported."""
+    driver = ("import json, sys\n"
+              "from planner.cli import main\n"
+              "code = main(['solve', 'problems/chat-70b.yaml', '--json', '--no-pareto'])\n"
+              "print(json.dumps({'code': code, 'modules': sorted(sys.modules)}), file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT)
+    report = json.loads(proc.stderr.strip().splitlines()[-1])
+    assert report["code"] == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["status"] == "optimal" and doc["plans"] and doc["pareto"] == [] and "verification" not in doc
+    loaded = set(report["modules"])
+    assert "planner.cli.solve" in loaded and "ortools" in loaded        # the driver's check can fail
+    imported = sorted(m for m in loaded if m.split(".")[0] in ("planner", "matplotlib")
+                      and any(m == n or m.startswith(n + ".") for n in NOT_ON_THE_SOLVE_PATH))
+    assert imported == []
