@@ -96,8 +96,8 @@ def _few(mask, n: int) -> np.ndarray | None:
 
 def _expert_fraction(miss, saturated, tokens, known=None) -> np.ndarray:
     """1 - miss^tokens on MoE rows (roofline.expert_read_fraction), the power taken only
-    where the result is not exactly 1.0 (``tokens > saturated``, :func:`planner.serving.roofline.saturation_tokens`)
-    and, with ``known = (tokens0, fraction0)``, only where the token counts differ from
+    where the result is not exactly 1.0 (``tokens > saturated``,
+    :func:`planner.serving.roofline.saturation_tokens`) and, with ``known = (tokens0, fraction0)``, only where the token counts differ from
     ``tokens0`` (elsewhere ``fraction0`` is reused)."""
     m = miss.size
     tokens = _broadcast(tokens, m)

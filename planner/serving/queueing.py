@@ -37,8 +37,8 @@ from planner.serving.memory import max_concurrency
 from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
-from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401 (re-exported)
-                                   exponential_tail_quantile, mixture_p95_offset)
+from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401
+                                   exponential_tail_quantile, mixture_p95_offset)      # (re-exported)
 
 #: Correlation of the residual step and the queue waits ahead of a new request.
 QUEUE_CORRELATION = 0.5
@@ -301,7 +301,8 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     results = map_in_threads(lambda rows: _capacities_at_slos(
         c.take(rows), p.take(rows), t, slos, steps, None if model is None else model.take(rows), n_max[rows]),
         parts, len(parts))
-    return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]} for j in range(len(slos))]
+    return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]}
+            for j in range(len(slos))]
 
 
 def _scalar_traffic(t: TrafficArrays) -> bool:
@@ -367,8 +368,9 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
                     np.copyto(keep[key], s[key], where=g)
                 e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
-    finals = states(n_stars) if kept is None else _finals(kept, tops, top_ok, ever, lambda rows: state_at_occupancy(
-        c.take(rows), p.take(rows), t, np.zeros(rows.size), steps_model.take(rows), n_max[rows]))
+    finals = states(n_stars) if kept is None else _finals(
+        kept, tops, top_ok, ever, lambda rows: state_at_occupancy(c.take(rows), p.take(rows), t, np.zeros(rows.size),
+                                                                  steps_model.take(rows), n_max[rows]))
     trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest)   # which SLO fails at a trickle
     out = []
     for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):

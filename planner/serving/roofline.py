@@ -272,7 +272,8 @@ class StepModel:
         """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
         prompt tokens from prompts of length ``prompt_tokens`` (default: the configured);
         ``terms``: :meth:`decode_terms` of ``decode_batch``, if already computed."""
-        n, decoders, kv_read, decode_flops, dense_mem = terms if terms is not None else self.decode_terms(decode_batch)
+        terms = terms if terms is not None else self.decode_terms(decode_batch)
+        n, decoders, kv_read, decode_flops, dense_mem = terms
         t = np.asarray(prefill_tokens, dtype=float)
         pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
         # Speed (same numbers): the decoders' micro-batch once; a decode-only step (t = 0)
