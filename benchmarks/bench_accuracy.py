@@ -231,18 +231,24 @@ def decode_ratio_table(catalog, calibration_spec: str, calibration) -> str:
                      "B200 / H200 speed-up"], rows)
 
 
-def at_bounds_table(calibration) -> str:
-    """Fitted values at a bound of their range: where the data pulls against the structure."""
+def at_bounds_table(calibration, catalog) -> str:
+    """Fitted values at a bound of their range: where the data pulls against the structure (a
+    GPU's all-reduce latency against its link's published figure,
+    :func:`planner.calibration_fit.allreduce_latency_bound_s`)."""
     from planner.calibration import LEVEL_PARAMETERS
+    from planner.calibration_fit import allreduce_latency_bound_s
 
     rows = []
     tables = {"gpu": calibration.gpus, "engine": calibration.engines, "release": calibration.releases,
-              "math": calibration.maths, "model": calibration.models, "campaign": calibration.campaigns}
+              "platform": calibration.platforms, "math": calibration.maths, "model": calibration.models,
+              "campaign": calibration.campaigns}
     for level, table in tables.items():
         for key, values in sorted(table.items()):
             for name, v in sorted(values.items()):
                 spec = LEVEL_PARAMETERS[level][name]
-                for side, bound in (("lower", spec.lower), ("upper", spec.upper)):
+                upper = (allreduce_latency_bound_s(catalog, key) if name == "allreduce_latency_nvlink_s"
+                         else spec.upper)
+                for side, bound in (("lower", spec.lower), ("upper", upper)):
                     if bound and abs(v - bound) <= 1e-3 * max(abs(bound), 1e-9) and not (side == "lower" and bound == 0):
                         rows.append([level, key, name, f"{v:.4g}", f"{side} ({bound:g})"])
     return md_table(["level", "group", "parameter", "value", "bound"], rows) if rows else "(none)"
@@ -449,7 +455,7 @@ def main() -> None:
         "skipped": skipped_table(skipped_cal), "worst": worst_table(cal),
         "hardware": hardware_table(calibration, catalog), "intervals": intervals_table(calibration),
         "decode_ratios": decode_ratio_table(catalog, args.calibration, calibration),
-        "at_bounds": at_bounds_table(calibration),
+        "at_bounds": at_bounds_table(calibration, catalog),
         "borrowing": borrow_table(catalog, calibration, add_families(prepare_rows(measurements, catalog)[0])),
         "bound_memory": MAX_MEMORY_EFFICIENCY, "bound_compute": MAX_COMPUTE_EFFICIENCY,
         "calibration_source": calibration.provenance.get("fitted", {}).get("command", ""),

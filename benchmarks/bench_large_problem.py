@@ -1,7 +1,7 @@
 """A large planning problem solved to proven optimality, with its cost-vs-latency fronts.
 
     python benchmarks/bench_large_problem.py [--points 8] [--fronts mixed]    # in-process breakdown
-    python benchmarks/bench_large_problem.py --cli [--reps 3]                 # whole `planner solve --json`
+    python benchmarks/bench_large_problem.py --cli [--reps 3] [--fronts used] # whole `planner solve --json`
     python benchmarks/bench_large_problem.py --write-yaml PATH                # the problem file
 
 Every catalog GPU (with a compute figure and a price), three models (llama-3.1-8b,
@@ -12,9 +12,10 @@ optimum, and the time and points of the fronts (``--fronts``: mixed, used or all
 TPOT metric only unless ``--both-metrics``).
 
 ``--cli`` times the default ``planner solve PROBLEM.yaml --json`` (documented default
-fronts, default top-k) as a whole process, interleaved with aiconfigurator 0.12's
-one-GPU-type search on its default scenario (Qwen3-32B, 8x H100, ISL 4000 / OSL 500,
-TTFT 2 s, TPOT 30 ms) when ``benchmarks/vs_aiconfigurator/.venv`` holds it
+fronts, ``mixed``, or those of ``--fronts``; default top-k) as a whole process,
+interleaved with aiconfigurator 0.12's one-GPU-type search on its default scenario
+(Qwen3-32B, 8x H100, ISL 4000 / OSL 500, TTFT 2 s, TPOT 30 ms) when
+``benchmarks/vs_aiconfigurator/.venv`` holds it
 (``bash benchmarks/vs_aiconfigurator/run.sh --quick`` installs it); it prints the median
 wall times, their ratio, the median CPU times (user + sys, children included) and the load
 average (the machine is shared: compare ratios from one run, or CPU times, not wall times
@@ -88,15 +89,17 @@ def _summary(runs: list[tuple[float, float]]) -> str:
             f"(CPU user+sys median {statistics.median(cpus):.1f} s)")
 
 
-def cli_mode(reps: int) -> None:
-    """Whole-process default solve vs aiconfigurator's one-GPU-type search, interleaved."""
+def cli_mode(reps: int, fronts: str | None = None) -> None:
+    """Whole-process default solve (``--fronts`` when given) vs aiconfigurator's one-GPU-type
+    search, interleaved."""
     import yaml
 
     planner_bin = str(Path(sys.executable).parent / "planner")
     with tempfile.TemporaryDirectory() as tmp:
         problem = Path(tmp) / "bench-large.yaml"
         problem.write_text(yaml.safe_dump(spec_dict()))
-        ours_cmd = [planner_bin, "solve", str(problem), "--json"]
+        flags = ["--fronts", fronts] if fronts else []
+        ours_cmd = [planner_bin, "solve", str(problem), "--json", *flags]
         aic_cmd = [str(AIC_BIN), *AIC_ARGS, "--save-dir", str(Path(tmp) / "aic")] if AIC_BIN.exists() else None
         load_start = os.getloadavg()
         ours, aic = [], []
@@ -106,8 +109,9 @@ def cli_mode(reps: int) -> None:
             ours.append(_timed(ours_cmd))
         doc = json.loads(subprocess.run(ours_cmd, capture_output=True, text=True).stdout)
         load_end = os.getloadavg()
-    fronts = sorted({p["front"] for p in doc["pareto"]})
-    print(f"planner solve --json (default fronts: {len(doc['pareto'])} points, fronts {', '.join(fronts)}): "
+    fronts_flag, fronts = fronts, sorted({p["front"] for p in doc["pareto"]})
+    print(f"planner solve --json ({'default ' if not fronts_flag else ''}fronts: "
+          f"{len(doc['pareto'])} points, fronts {', '.join(fronts)}): "
           f"{_summary(ours)}; timings {doc['timings_s']}")
     if aic:
         ratio = statistics.median(w for w, _ in ours) / statistics.median(w for w, _ in aic)
@@ -121,7 +125,8 @@ def cli_mode(reps: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=8)
-    ap.add_argument("--fronts", choices=["mixed", "used", "all"], default="mixed")
+    ap.add_argument("--fronts", choices=["mixed", "used", "all"],
+                    help="fronts of the in-process run (default mixed); with --cli, passed to planner solve")
     ap.add_argument("--both-metrics", action="store_true")
     ap.add_argument("--cli", action="store_true", help="time the whole default `planner solve --json`")
     ap.add_argument("--reps", type=int, default=3)
@@ -133,7 +138,7 @@ def main() -> None:
         args.write_yaml.write_text(yaml.safe_dump(spec_dict()))
         return
     if args.cli:
-        cli_mode(args.reps)
+        cli_mode(args.reps, args.fronts)
         return
     catalog = load_catalog()
     problem = resolve_problem(spec(args.points), "bench-large.yaml", catalog)
@@ -152,11 +157,11 @@ def main() -> None:
     metrics = ("tpot_p95_s", "ttft_p95_s") if args.both_metrics else ("tpot_p95_s",)
     t1 = time.perf_counter()
     fronts = pareto_fronts(problem, result.candidates, result.params, solver_options(problem), points=args.points,
-                           metrics=metrics, fronts=args.fronts, used_gpus=sorted(result.best.gpus_by_type),
-                           optimum=result.best)
+                           metrics=metrics, fronts=args.fronts or "mixed",
+                           used_gpus=sorted(result.best.gpus_by_type), optimum=result.best)
     t_front = time.perf_counter() - t1
     mixed = fronts[fronts["front"] == "mixed"]
-    print(f"fronts ({args.fronts}): {len(fronts)} points, {len(mixed)} mixed, statuses "
+    print(f"fronts ({args.fronts or 'mixed'}): {len(fronts)} points, {len(mixed)} mixed, statuses "
           f"{sorted(set(fronts['status']))}, {t_front:.2f} s")
     for row in mixed.itertuples():
         print(f"   {row.metric} <= {row.target_s * 1e3:9.2f} ms: ${row.usd_per_hour:9.2f}/h  {row.gpus:4d} GPUs")

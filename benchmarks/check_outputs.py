@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--base", default="main", help="git revision to compare with (default: main)")
     what.add_argument("--against", type=Path, help="stored outputs (DIR/<problem>/, DIR/<problem>.stdout)")
-    parser.add_argument("--keep", type=Path, help="write the outputs here instead of a temporary directory")
+    parser.add_argument("--keep", type=Path, help="write the outputs here instead of a temporary directory "
+                        "(DIR/working-tree is then usable as --against)")
     args = parser.parse_args(argv)
     problems = [os.path.relpath(Path(p).resolve(), ROOT) for p in args.problems] or \
         sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "problems").glob("*.yaml"))
@@ -200,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         for problem in problems:
             stem = Path(problem).stem
             new = solve(ROOT, problem, out_root / "working-tree" / stem)
+            if args.keep:  # a kept run is itself a valid --against directory
+                (out_root / "working-tree" / f"{stem}.stdout").write_text(new["stdout"])
             old = (stored_run(args.against, stem) if args.against is not None
                    else solve(base_tree, problem, out_root / "base" / stem))
             rows.append((stem, first_difference(new, old)))

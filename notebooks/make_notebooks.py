@@ -922,7 +922,8 @@ PARETO = [
     configurations that serve every workload within its p95 SLOs) and sweeps
     epsilon-constraint **Pareto fronts**: for a target t on p95 TPOT (or TTFT) every
     workload's SLO becomes min(SLO, t) and the minimum cost is solved again, once over all
-    GPU types (the **mixed** front) and once per GPU type.
+    GPU types (the **mixed** front) and, with `fronts="used"` (the default is the mixed
+    front alone), once per GPU type of the plans and of the mixed front.
 
     The problem here is a smaller variant of `problems/mix-8b-70b.yaml` (an 8B assistant
     and a 70B "pro" tier): four GPU types, six points per front, one plan, so that the
@@ -950,7 +951,7 @@ PARETO = [
 
 
     base = variant()
-    result = planner.plan(base)
+    result = planner.plan(base, fronts="used")
     print(result.status, f"${result.best.usd_per_hour:.2f}/h", result.best.gpus_by_type,
           {k: round(v, 2) for k, v in result.timings_s.items()})
     result.plans_table()[["gpu", "tp", "quantization", "kv_cache_dtype", "max_batch", "replicas", "gpus"]]

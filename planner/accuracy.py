@@ -37,6 +37,7 @@ from planner.accuracy_rows import (FAMILIES, KV_DTYPES, MEASUREMENT_COLUMNS, MET
                                    source_family)
 from planner.catalog import Catalog
 from planner.configs import config_arrays
+from planner.parameters import catalog_keys
 from planner.serving import memory
 from planner.serving.arrays import ConfigArrays
 from planner.serving.params import ServingParams
@@ -246,7 +247,8 @@ def predict_calibrated(catalog, rows: pd.DataFrame, calibration,
     engines = engine_keys(rows)
     maths = rows["math"].to_numpy() if "math" in rows else None
     campaigns = rows["campaign"].to_numpy() if "campaign" in rows else None
-    params = calibration.params_for(base, gpus, engines, model_ids=models, math_modes=maths, campaigns=campaigns)
+    params = calibration.params_for(base, gpus, engines, model_ids=models, math_modes=maths, campaigns=campaigns,
+                                    **catalog_keys(catalog, gpus, models))
     return predict_rows(catalog, rows, params, Harness(**calibration.harness_for(gpus, engines, campaigns)),
                         arrays=arrays)
 

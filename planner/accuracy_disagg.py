@@ -19,6 +19,7 @@ from planner.accuracy_loads import (CLOSED_LOOP_ITERATIONS, RHO_CAP, Harness, mi
                                     wave_prefill_s)
 from planner.accuracy_rows import FAMILIES, prepare_rows
 from planner.configs import config_arrays
+from planner.parameters import catalog_keys
 from planner.serving import memory
 from planner.serving.memory import engine_memory_params
 from planner.serving.arrays import ConfigArrays
@@ -138,10 +139,26 @@ def pool_arrays(catalog, rows: pd.DataFrame, prefix: str) -> ConfigArrays:
     return c.replace(ep=np.maximum(ep, 1.0), attention_dp=np.where(dp > 1.0, dp, 0.0))
 
 
+def prefill_pool_capacity(pre: ConfigArrays, p: ServingParams, prompt, prefill_workers,
+                          prefill_batch=np.inf) -> tuple:
+    """``(mu, B, C_p)``: the prefill pool's capacity mu = n_p B / T(B) [prompts/s], the prompts
+    per step B = min(max(1, C_p / p), ``prefill_batch``) and the step budget C_p = max(engine
+    chunk, :data:`PREFILL_BATCH_TOKENS`) [tokens] of :func:`pd_closed_loop` (T:
+    :func:`planner.accuracy_loads.wave_prefill_s`)."""
+    budget = np.maximum(p.prefill_chunk_tokens, PREFILL_BATCH_TOKENS)
+    per_step = np.minimum(np.maximum(1.0, budget / prompt), np.maximum(prefill_batch, 1.0))
+    capacity = prefill_workers * per_step / wave_prefill_s(pre, p, per_step, prompt, budget, per_step)
+    return capacity, per_step, budget
+
+
 def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users, prefill_workers,
                    decode_workers, decode_slots, transfer_s, prompt, output, first_wave_weight,
-                   quantile, prefill_batch=np.inf) -> dict:
+                   quantile, prefill_batch=np.inf, decode_scale=1.0) -> dict:
     """TPOT, TTFT (mean or ``quantile``) and rate of ``users`` closed-loop users on a P/D pair.
+
+    ``decode_scale``: a factor on every decode step time (1: the serving model's own); a
+    sensitivity check only (:func:`measured_decode_scale`, ``bench_accuracy_moe.py
+    --disagg-breakdown``), no prediction uses another value.
 
     Notes
     -----
@@ -179,14 +196,15 @@ def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users
     n_p, n_d = np.asarray(prefill_workers, float), np.asarray(decode_workers, float)
     out_m1 = np.maximum(output - 1.0, 1.0)
     active = np.maximum(np.minimum(users, n_d * decode_slots), 1.0)
-    decode_step = StepModel(dec, p).time
-    budget = np.maximum(p.prefill_chunk_tokens, PREFILL_BATCH_TOKENS)
-    per_step = np.minimum(np.maximum(1.0, budget / prompt), np.maximum(prefill_batch, 1.0))
+    model_step = StepModel(dec, p).time
+    scale = np.asarray(decode_scale, dtype=float)
+
+    def decode_step(n):   # s_d(n), times the sensitivity factor where one is given
+        return model_step(n) if np.all(scale == 1.0) else model_step(n) * scale
+    capacity, per_step, budget = prefill_pool_capacity(pre, p, prompt, n_p, prefill_batch)
 
     def batch_s(requests):   # T(b): one prefill worker's batch of b prompts
         return wave_prefill_s(pre, p, requests, prompt, budget, per_step)
-
-    capacity = n_p * per_step / batch_s(per_step)
 
     def pool(rate, batch, tau):
         t_b = batch_s(batch)
@@ -224,13 +242,29 @@ def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users
     return {"ttft_s": ttft + slot_wait, "tpot_s": (1.0 - w) * tau + w * tau_w, "rate_per_s": rate}
 
 
+def row_params(catalog, rows: pd.DataFrame, calibration=None, base: ServingParams | None = None,
+               harness: Harness | None = None) -> tuple:
+    """``(params, harness)`` of the rows: the calibration's values per GPU, engine, model, math
+    and campaign (both pools of a row share them), else ``base`` and :class:`Harness`."""
+    base = base or ServingParams()
+    if calibration is None:
+        return base, harness or Harness()
+    gpus, engines, campaigns = rows["gpu"].to_numpy(), engine_keys(rows), rows["campaign"].to_numpy()
+    p = calibration.params_for(base, gpus, engines, model_ids=rows["model"].to_numpy(),
+                               math_modes=rows["math"].to_numpy(), campaigns=campaigns,
+                               **catalog_keys(catalog, gpus, rows["model"].to_numpy()))
+    return p, harness or Harness(**calibration.harness_for(gpus, engines, campaigns))
+
+
 def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: ServingParams | None = None,
-                        harness: Harness | None = None) -> np.ndarray:
+                        harness: Harness | None = None, decode_scale=None) -> np.ndarray:
     """Predicted value of every row of :func:`prepare_disagg_rows`, in the row's unit (NaN: none).
 
     Both pools take the row's calibrated parameters (same GPU type and engine); only
     ``concurrency`` rows are predicted (every recorded-layout row is one). ``harness``:
     the benchmark-harness values (default: the calibration's, else :class:`Harness`).
+    ``decode_scale``: per row of ``rows``, the sensitivity factor of :func:`pd_closed_loop`
+    (None: 1, the model's own decode steps).
     """
     base = base or ServingParams()
     pred = np.full(len(rows), np.nan)
@@ -238,14 +272,8 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     if not idx.size:
         return pred
     r = rows.iloc[idx].reset_index(drop=True)
-    gpus, engines = r["gpu"].to_numpy(), engine_keys(r)
-    if calibration is None:
-        p, harness = base, harness or Harness()
-    else:
-        campaigns = r["campaign"].to_numpy()
-        p = calibration.params_for(base, gpus, engines, model_ids=r["model"].to_numpy(),
-                                   math_modes=r["math"].to_numpy(), campaigns=campaigns)
-        harness = harness or Harness(**calibration.harness_for(gpus, engines, campaigns))
+    gpus = r["gpu"].to_numpy()
+    p, harness = row_params(catalog, r, calibration, base, harness)
     pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
     prompt, output = r["prompt_tokens"].to_numpy(float), r["output_tokens"].to_numpy(float)
     p_dec = engine_memory_params(dec, p, r["engine"].to_numpy())
@@ -259,7 +287,8 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         res = pd_closed_loop(pre, dec, p, r["load_value"].to_numpy(float), r["p_workers"].to_numpy(float),
                              r["d_workers"].to_numpy(float), slots, transfer, prompt, output,
-                             harness.first_wave_weight, q, r["p_batch"].fillna(np.inf).to_numpy(float))
+                             harness.first_wave_weight, q, r["p_batch"].fillna(np.inf).to_numpy(float),
+                             1.0 if decode_scale is None else np.asarray(decode_scale, dtype=float)[idx])
         ttft = res["ttft_s"] + p.request_overhead_s
         rate = res["rate_per_s"]
         values = {"ttft": ttft * MS_PER_S, "tpot": res["tpot_s"] * MS_PER_S,
@@ -279,12 +308,86 @@ def predict_disagg_rows(catalog, rows: pd.DataFrame, calibration=None, base: Ser
     return pred
 
 
-def score_disagg_rows(catalog, measurements: pd.DataFrame,
-                      calibration=None) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+#: The columns that identify one measured point of a disaggregated run (its TTFT, TPOT and
+#: throughput rows share them): source, configuration, both pools' layout and the load.
+POINT_COLUMNS = ("source", "model", "gpu", "engine", "release", "quantization", "kv_cache_dtype",
+                 *LAYOUT_COLUMNS, "prompt_tokens", "output_tokens", "load_kind", "load_value")
+#: Statistics of the TPOT rows :func:`measured_decode_scale` reads (the central ones).
+DECODE_SCALE_STATISTICS = ("mean", "median")
+
+
+def measured_decode_scale(rows: pd.DataFrame, prediction) -> np.ndarray:
+    """Per row: measured / predicted TPOT of its point (``POINT_COLUMNS``; the median over the
+    point's mean/median TPOT rows), 1 where the point has no such row or no prediction.
+
+    A sensitivity check, not a prediction: :func:`score_disagg_rows` with ``measured_tpot``
+    predicts the rows again with every decode step time scaled so that the point's TPOT is
+    the measured one, which separates the TTFT and throughput errors that follow from the
+    decode step from those of the prefill pool and the queue (``bench_accuracy_moe.py
+    --disagg-breakdown``; docs/accuracy.md, section "Frontier MoE rows"). Runs of the same
+    point are pooled.
+    """
+    key = point_keys(rows)
+    ratio = rows["value"].to_numpy(float) / np.asarray(prediction, dtype=float)
+    tpot = (rows["quantity"].eq("tpot").to_numpy() & rows["statistic"].isin(DECODE_SCALE_STATISTICS).to_numpy()
+            & np.isfinite(ratio) & (ratio > 0))
+    per_point = pd.Series(ratio[tpot], index=key[tpot]).groupby(level=0).median()
+    return key.map(per_point).fillna(1.0).to_numpy(dtype=float)
+
+
+def point_keys(rows: pd.DataFrame) -> pd.Series:
+    """The measured point (``POINT_COLUMNS``) of every row, as a group number."""
+    return rows.groupby([c for c in POINT_COLUMNS if c in rows], dropna=False, sort=False).ngroup()
+
+
+def measured_rate_per_s(rows: pd.DataFrame) -> np.ndarray:
+    """Per row: the request rate its point measured [requests/s], NaN where it cannot be read.
+
+    The median over the point's throughput rows, each converted to requests/s (output tokens
+    per second / o; per GPU x the GPUs of both pools / o; total tokens per second / (p + o);
+    requests per second as is); a point without one: U / (TTFT + (o - 1) TPOT) of its central
+    (mean/median) latency rows (the closed loop's cycle, U users). Runs of a point are pooled.
+    """
+    key = point_keys(rows)
+    q, v = rows["quantity"].to_numpy(), rows["value"].to_numpy(float)
+    p, o = rows["prompt_tokens"].to_numpy(float), rows["output_tokens"].to_numpy(float)
+    gpus = rows["gpus_total"].to_numpy(float) if "gpus_total" in rows else np.full(len(rows), np.nan)
+    rate = np.select([q == "out_total", q == "out_per_gpu", q == "total_total", q == "req_rate"],
+                     [v / o, v * gpus / o, v / (p + o), v], np.nan)
+    ok = np.isfinite(rate) & (rate > 0)
+    by_rate = pd.Series(rate[ok], index=key[ok]).groupby(level=0).median()
+    central = rows["statistic"].isin(DECODE_SCALE_STATISTICS).to_numpy()
+    lat = {name: pd.Series(v[central & (q == name)], index=key[central & (q == name)]).groupby(level=0).median()
+           / MS_PER_S for name in ("ttft", "tpot")}
+    first = pd.DataFrame({"users": rows["load_value"].to_numpy(float), "o": o}, index=key).groupby(level=0).first()
+    by_latency = first["users"] / (lat["ttft"] + (first["o"] - 1.0) * lat["tpot"])
+    per_point = by_rate.combine_first(by_latency)
+    return key.map(per_point).to_numpy(dtype=float)
+
+
+def measured_prefill_load(catalog, rows: pd.DataFrame, calibration=None) -> np.ndarray:
+    """Per row: its point's measured request rate / the modelled prefill capacity mu =
+    n_p B / T(B) (:func:`measured_rate_per_s`, :func:`prefill_pool_capacity`). Above 1 the
+    run served more prompts than the model's prefill pool can: the closed loop parks users
+    the real pool served (``bench_accuracy_moe.py --disagg-breakdown``; docs/serving-model.md
+    section 14.4). A diagnostic: no prediction reads it."""
+    p, _ = row_params(catalog, rows, calibration)
+    capacity, _, _ = prefill_pool_capacity(pool_arrays(catalog, rows, "p"), p, rows["prompt_tokens"].to_numpy(float),
+                                           rows["p_workers"].to_numpy(float),
+                                           rows["p_batch"].fillna(np.inf).to_numpy(float))
+    return measured_rate_per_s(rows) / capacity
+
+
+def score_disagg_rows(catalog, measurements: pd.DataFrame, calibration=None,
+                      measured_tpot: bool = False) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """``(scored, skipped, recorded)``: the predicted rows with ``prediction`` and ``ape_pct``,
-    the unpredicted ones with a reason, and the number of rows with a recorded layout."""
+    the unpredicted ones with a reason, and the number of rows with a recorded layout.
+    ``measured_tpot``: the sensitivity check of :func:`measured_decode_scale` (each point's
+    decode steps scaled to its measured TPOT) instead of the model's prediction."""
     rows, skipped, recorded = prepare_disagg_rows(measurements, catalog)
     pred = predict_disagg_rows(catalog, rows, calibration) if len(rows) else np.zeros(0)
+    if measured_tpot and len(rows):
+        pred = predict_disagg_rows(catalog, rows, calibration, decode_scale=measured_decode_scale(rows, pred))
     ok = np.isfinite(pred) & (pred > 0)
     extra = pd.DataFrame({"id": rows.loc[~ok, "id"], "metric": rows.loc[~ok, "metric"],
                           "reason": np.where(rows.loc[~ok, "load_kind"].eq("concurrency"),

@@ -30,7 +30,7 @@ from planner.serving.params import ServingParams
 #: The calibration shipped with the planner.
 DEFAULT_CALIBRATION_PATH = DEFAULT_CATALOG_DIR / "calibration.yaml"
 #: Levels of a calibration, in fitting order after the global fit.
-LEVELS = ("gpu", "engine", "release", "campaign", "math", "model")
+LEVELS = ("gpu", "engine", "release", "platform", "campaign", "math", "model")
 #: Hardware bound of the achievable fraction of datasheet memory bandwidth: stream-type
 #: kernels (copy, triad, decode GEMV) reach 85-92 % of the HBM datasheet figure on A100,
 #: H100, H200, B200 and MI300X in published microbenchmarks. No composed memory efficiency
@@ -46,6 +46,19 @@ FACTOR_BOUNDS = (0.5, 2.0)
 #: launches, MoE routing and dispatch, sampling) differs more between a 32-layer dense model
 #: and a 61-layer MLA + 256-expert model than kernel efficiencies do.
 STEP_FACTOR_BOUNDS = (0.25, 4.0)
+#: Range of the per-layer step cost (engine and model levels, seconds per transformer layer
+#: per engine step): the fixed work a layer adds to every step outside its roofline terms
+#: (kernel launches, MoE routing and expert dispatch kernels, norms). 100 us per layer is
+#: ten to twenty un-fused kernel launches of 5-10 us; engines with CUDA/HIP graphs and fused
+#: kernels sit far below.
+MAX_LAYER_OVERHEAD_S = 1e-4
+#: Loader range of the fitted TP all-reduce latency (a sanity range; the fit bounds each GPU
+#: by its link's published small-message latency, ``scale_up_allreduce_latency_us`` in
+#: ``catalogs/gpus.yaml``, :func:`allreduce_latency_bound_s`).
+MAX_ALLREDUCE_LATENCY_S = 2e-4
+#: Parameters a calibration file may omit, with the value an omitted one means (files written
+#: before the parameter existed).
+OPTIONAL_DEFAULTS = {"layer_overhead_s": 0.0}
 
 
 @dataclass(frozen=True)
@@ -86,14 +99,18 @@ GPU_PARAMETERS: dict[str, ParamSpec] = {
     "compute_efficiency": ParamSpec(0.1, MAX_COMPUTE_EFFICIENCY, log=True, step=0.2, min_other=1,
                                     description="eta_c: achieved fraction of dense peak FLOP/s"),
     "allreduce_latency_nvlink_s": ParamSpec(
-        1e-6, 2e-4, scale=1e-5, step=1.0, min_other=1,
-        description="tau: fixed latency of one TP all-reduce over NVLink"),
+        1e-6, MAX_ALLREDUCE_LATENCY_S, scale=1e-5, step=1.0, min_other=1,
+        description="tau: fixed latency of one TP all-reduce over NVLink (fitted at most the link's "
+                    "published small-message latency)"),
 }
 #: Software: fitted per serving engine. ``first_wave_weight`` describes the benchmark
 #: harness (used by ``planner accuracy`` only, see :class:`planner.accuracy.Harness`).
 ENGINE_PARAMETERS: dict[str, ParamSpec] = {
     "step_overhead_s": ParamSpec(0.0, 0.05, scale=1e-3, step=1.0,
                                  description="fixed time per engine step (launches, scheduling, sampling)"),
+    "layer_overhead_s": ParamSpec(0.0, MAX_LAYER_OVERHEAD_S, scale=1e-5, step=1.0,
+                                  description="fixed time per transformer layer per engine step (kernel "
+                                              "launches, routing kernels): x the model's layers"),
     "request_overhead_s": ParamSpec(0.0, 1.0, scale=1e-2, step=2.0,
                                     description="fixed TTFT latency outside the GPU steps (server, "
                                                 "tokenizer, scheduling, streaming)"),
@@ -127,6 +144,9 @@ MODEL_PARAMETERS: dict[str, ParamSpec] = {
     "step_overhead_factor": ParamSpec(*STEP_FACTOR_BOUNDS, log=True, step=0.3, neutral=1.0,
                                       description="multiplies the engine's step overhead (kernels and "
                                                   "launches per step grow with depth, MoE routing, MLA)"),
+    "layer_overhead_s": ParamSpec(0.0, MAX_LAYER_OVERHEAD_S, scale=1e-5, step=1.0, neutral=0.0,
+                                  description="the model's own fixed time per layer per step, added to the "
+                                              "engine's (MoE routing and dispatch kernels, MLA)"),
 }
 #: The benchmark harness of one campaign (source family x engine release x GPU vendor, the ``campaign``
 #: column of :func:`planner.accuracy.prepare_rows`): how its client drove the engine. Fitted
@@ -139,8 +159,19 @@ CAMPAIGN_PARAMETERS: dict[str, ParamSpec] = {
     "request_overhead_s": replace(ENGINE_PARAMETERS["request_overhead_s"], min_other=1),
     "first_wave_weight": replace(ENGINE_PARAMETERS["first_wave_weight"], min_other=1),
 }
+#: The engine's build for one GPU vendor's software stack (``<engine>:<vendor>``, e.g.
+#: ``sglang:amd``: the ROCm build with its own kernel library and graph launches, against
+#: ``sglang:nvidia``): an extra fixed cost per layer per step on top of the engine's, >= 0,
+#: prior 0, groups of two GPUs (so that it separates from the GPUs' own values). Software,
+#: so a GPU held out of the fit keeps its platform's value.
+PLATFORM_PARAMETERS: dict[str, ParamSpec] = {
+    "layer_overhead_s": ParamSpec(0.0, MAX_LAYER_OVERHEAD_S, scale=1e-5, step=1.0, neutral=0.0,
+                                  description="the platform's extra fixed time per layer per step, added to "
+                                              "the engine's"),
+}
 LEVEL_PARAMETERS = {"gpu": GPU_PARAMETERS, "engine": ENGINE_PARAMETERS, "release": ENGINE_PARAMETERS,
-                    "campaign": CAMPAIGN_PARAMETERS, "math": MATH_PARAMETERS, "model": MODEL_PARAMETERS}
+                    "platform": PLATFORM_PARAMETERS, "campaign": CAMPAIGN_PARAMETERS, "math": MATH_PARAMETERS,
+                    "model": MODEL_PARAMETERS}
 #: Parameters of the global fit (the engine's efficiency factor is 1 there by definition).
 DEFAULT_PARAMETERS = {**GPU_PARAMETERS, **{k: v for k, v in ENGINE_PARAMETERS.items() if v.neutral is None}}
 HARNESS_FIELDS = ("first_wave_weight",)
@@ -154,8 +185,10 @@ def compose(base: ServingParams, values: dict):
     at the hardware bounds :data:`MAX_MEMORY_EFFICIENCY` and :data:`MAX_COMPUTE_EFFICIENCY`;
     the prefill factor is the engine's times the model's, clipped so that the prefill
     efficiency (compute efficiency * prefill factor) stays within the compute bound too;
-    the step overhead is the engine's times the model's step-overhead factor; the request
-    overhead is the campaign's (accuracy rows only) or the engine's.
+    the step overhead is the engine's times the model's step-overhead factor, plus the
+    per-layer cost (the engine's plus the platform's plus the model's) times the row's layers (``row.layers``;
+    absent: no per-layer cost); the request overhead is the campaign's (accuracy rows only)
+    or the engine's.
     """
     f = np.asarray(values.get("model.efficiency_factor", 1.0))
     compute = np.minimum(values["gpu.compute_efficiency"] * f
@@ -170,12 +203,29 @@ def compose(base: ServingParams, values: dict):
         "compute_efficiency": compute,
         "allreduce_latency_nvlink_s": values["gpu.allreduce_latency_nvlink_s"],
         "step_overhead_s": np.asarray(values["engine.step_overhead_s"], dtype=float)
-        * np.asarray(values.get("model.step_overhead_factor", 1.0), dtype=float),
+        * np.asarray(values.get("model.step_overhead_factor", 1.0), dtype=float) + layer_cost_s(values),
         "prefill_compute_factor": np.minimum(prefill, MAX_COMPUTE_EFFICIENCY / compute),
         "request_overhead_s": _campaign_or(values, "request_overhead_s"),
     }
     harness = {h: _campaign_or(values, h) for h in HARNESS_FIELDS if f"engine.{h}" in values}
     return base.with_overrides(**{k: np.asarray(v, dtype=float) for k, v in serving.items()}), harness
+
+
+def platform_keys(engines, vendors) -> np.ndarray:
+    """``<engine>:<vendor>`` per row (an engine release counts as its engine; None: no engine)."""
+    e, v = (a.reshape(-1) for a in np.broadcast_arrays(np.asarray(engines, dtype=object),
+                                                        np.asarray(vendors, dtype=object)))
+    return np.array([None if pd.isna(k) else f"{str(k).split('@')[0]}:{w}" for k, w in zip(e, v)], dtype=object)
+
+
+def layer_cost_s(values: dict):
+    """Per-layer step cost x layers of each row (0 without ``row.layers`` or a layer cost)."""
+    layers = values.get("row.layers")
+    if layers is None:
+        return 0.0
+    per_layer = sum(np.asarray(values.get(f"{level}.layer_overhead_s", 0.0), dtype=float)
+                    for level in ("engine", "platform", "model"))
+    return np.asarray(layers, dtype=float) * per_layer
 
 
 def _campaign_or(values: dict, name: str):
@@ -200,6 +250,8 @@ class Calibration:
     releases: dict = field(default_factory=dict)
     maths: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
+    #: Engine builds per GPU vendor (``sglang:amd``; :data:`PLATFORM_PARAMETERS`).
+    platforms: dict = field(default_factory=dict)
     #: Benchmark campaigns' harness values (:data:`CAMPAIGN_PARAMETERS`; accuracy only).
     campaigns: dict = field(default_factory=dict)
     stats: dict = field(default_factory=dict)
@@ -225,7 +277,7 @@ class Calibration:
         borrows from (:attr:`gpu_priors`), then the global fit (``fallback="global"``) or NaN.
         """
         table = {"gpu": self.gpus, "engine": self.engines, "math": self.maths, "model": self.models,
-                 "campaign": self.campaigns}[level]
+                 "campaign": self.campaigns, "platform": self.platforms}[level]
         codes, uniques = pd.factorize(np.asarray(keys, dtype=object).reshape(-1))  # None/NaN -> -1
         uniques = [str(k) for k in uniques] + [""]
         codes = np.where(codes < 0, len(uniques) - 1, codes)
@@ -252,7 +304,7 @@ class Calibration:
         return out
 
     def params_for(self, base: ServingParams, gpu_ids, engine=None, fallback: str = "prior",
-                   model_ids=None, math_modes=None, campaigns=None) -> ServingParams:
+                   model_ids=None, math_modes=None, campaigns=None, layers=None, vendors=None) -> ServingParams:
         """``base`` with the calibrated fields replaced by arrays aligned with ``gpu_ids``.
 
         Parameters
@@ -278,6 +330,14 @@ class Calibration:
         campaigns : array-like of str, optional
             Benchmark campaign per row (accuracy against measurements only): its harness
             values (request overhead) where the calibration has them.
+        layers : array-like of float, optional
+            Transformer layers of each row's model (``ModelSpec.num_layers``): the per-layer
+            step cost (engine ``layer_overhead_s`` plus the model's) times these joins the step
+            overhead. Without them no per-layer cost applies (every planner and accuracy path
+            passes them: :func:`planner.parameters.for_configs`, :func:`planner.accuracy.predict_calibrated`).
+        vendors : array-like of str, optional
+            GPU vendor per row (``GpuSpec.vendor``): with ``layers``, the engine build's
+            (:func:`platform_keys`) extra per-layer cost applies too.
 
         Returns
         -------
@@ -298,6 +358,10 @@ class Calibration:
             values.update(self.level_values("math", math_modes))
         if campaigns is not None:
             values.update(self.level_values("campaign", campaigns))
+        if layers is not None:
+            values["row.layers"] = np.broadcast_to(np.asarray(layers, dtype=float).reshape(-1), gpus.shape)
+        if vendors is not None:
+            values.update(self.level_values("platform", platform_keys(engines, vendors)))
         params, _ = compose(base, values)
         if fallback == "base":
             own = np.isin(gpus.astype(str), list(self.gpus))
@@ -334,12 +398,13 @@ class Calibration:
             "parameters": self.parameters,
             "default": dict(self.default),
             "gpus": sorted(self.gpus), "engines": sorted(self.engines), "releases": sorted(self.releases),
-            "math": sorted(self.maths), "models": sorted(self.models),
+            "math": sorted(self.maths), "models": sorted(self.models), "platforms": sorted(self.platforms),
             "uncalibrated_gpus": {g: dict(v) for g, v in sorted(self.gpu_priors.items())},
             "lookup": "hardware per GPU (a GPU without values borrows those of the nearest measured GPU of "
                       "its vendor and memory technology, else the seed defaults: 'uncalibrated'), software "
                       "per engine release -> engine -> the global fit; math and model adjustments when "
-                      "math modes and model ids are given; composed efficiencies clipped at "
+                      "math modes and model ids are given; a per-layer step cost (engine + engine build per "
+                      "GPU vendor + model) x the model's layers; composed efficiencies clipped at "
                       f"{MAX_MEMORY_EFFICIENCY} (memory) and {MAX_COMPUTE_EFFICIENCY} (compute)",
             "source": self.provenance.get("source", {}),
             "fitted": self.provenance.get("fitted", {}),
@@ -354,7 +419,8 @@ class Calibration:
         default = {"values": _rounded(self.default), **self.stats.get("default", {})}
         return {**self.provenance, "default": default,
                 "gpus": section("gpu", self.gpus), "engines": section("engine", self.engines),
-                "releases": section("release", self.releases), "math": section("math", self.maths),
+                "releases": section("release", self.releases), "platforms": section("platform", self.platforms),
+                "math": section("math", self.maths),
                 "models": section("model", self.models), "campaigns": section("campaign", self.campaigns),
                 "uncalibrated_gpus": {g: dict(v) for g, v in sorted(self.gpu_priors.items())},
                 **({"intervals": self.intervals} if self.intervals else {})}
@@ -389,11 +455,11 @@ def calibration_from_dict(doc: dict, path: str | None = None) -> Calibration:
                 out[name] = float(value)
         return out
 
-    default = values_of(doc["default"], "default", DEFAULT_PARAMETERS)
+    default = {**OPTIONAL_DEFAULTS, **values_of(doc["default"], "default", DEFAULT_PARAMETERS)}
     stats["default"] = {k: v for k, v in doc["default"].items() if k != "values"}
     tables = {}
-    for level, section in (("gpu", "gpus"), ("engine", "engines"), ("release", "releases"), ("math", "math"),
-                           ("model", "models"), ("campaign", "campaigns")):
+    for level, section in (("gpu", "gpus"), ("engine", "engines"), ("release", "releases"),
+                           ("platform", "platforms"), ("math", "math"), ("model", "models"), ("campaign", "campaigns")):
         tables[level] = {}
         for key, block in (doc.get(section) or {}).items():
             tables[level][str(key)] = values_of(block, f"{section}.{key}", LEVEL_PARAMETERS[level])
@@ -417,12 +483,12 @@ def calibration_from_dict(doc: dict, path: str | None = None) -> Calibration:
     provenance = {k: v for k, v in doc.items() if k not in CALIBRATION_SECTIONS}
     return Calibration(default=default, gpus=tables["gpu"], engines=tables["engine"],
                        releases=tables["release"], maths=tables["math"], models=tables["model"],
-                       campaigns=tables["campaign"], stats=stats, provenance=provenance, path=path, gpu_priors={str(g): dict(v) for g, v in priors.items()},
+                       platforms=tables["platform"], campaigns=tables["campaign"], stats=stats, provenance=provenance, path=path, gpu_priors={str(g): dict(v) for g, v in priors.items()},
                        intervals=intervals)
 
 
 #: Top-level keys of a calibration YAML that are not provenance.
-CALIBRATION_SECTIONS = ("default", "gpus", "engines", "releases", "math", "models", "campaigns",
+CALIBRATION_SECTIONS = ("default", "gpus", "engines", "releases", "platforms", "math", "models", "campaigns",
                         "uncalibrated_gpus", "intervals")
 
 

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 #: compares like with like.
 CV_ITERATIONS, CV_ROUNDS = 8, 2
 #: The fitted tables of a :class:`~planner.calibration.Calibration` a fold part stores.
-FITTED_TABLES = ("default", "gpus", "engines", "releases", "maths", "models", "campaigns")
+FITTED_TABLES = ("default", "gpus", "engines", "releases", "maths", "models", "campaigns", "platforms")
 
 
 def calibration_of_part(part: dict, fold, catalog):
@@ -45,7 +45,7 @@ def calibration_of_part(part: dict, fold, catalog):
     from planner.calibration_fit import gpu_priors
 
     tables = part["parts"][str(fold)]["calibration"]
-    return Calibration(**tables, gpu_priors=gpu_priors(catalog, tables["gpus"]))
+    return Calibration(**tables, gpu_priors=gpu_priors(catalog, tables["gpus"]))  # parts before the platform level: none
 
 
 #: Fold scheme -> the row columns whose distinct values are held out together.

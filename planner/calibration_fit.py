@@ -13,7 +13,9 @@ import pandas as pd
 
 from planner.accuracy import (Harness, add_families, engine_keys, predict_calibrated, predict_columns, row_arrays,
                               row_columns)
-from planner.calibration import DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, Calibration, compose
+from planner.calibration import (DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, OPTIONAL_DEFAULTS,
+                                 Calibration, compose, platform_keys)
+from planner.parameters import gpu_vendors
 from planner.serving.params import ServingParams
 
 log = logging.getLogger(__name__)
@@ -40,14 +42,15 @@ class FitOptions:
     #: Engine parameters fitted per engine and release; the others only globally. The
     #: benchmark harness (first_wave_weight) differs by campaign, not by engine: fitted per
     #: engine it did not carry over to unseen (model, GPU) pairs in cross-validation.
-    engine_parameters: tuple = ("step_overhead_s", "request_overhead_s", "memory_factor", "compute_factor",
-                                "prefill_compute_factor")
+    engine_parameters: tuple = ("step_overhead_s", "layer_overhead_s", "request_overhead_s", "memory_factor",
+                                "compute_factor", "prefill_compute_factor")
     clip_log_error: float = 2.0
     iterations: int = 12
     rounds: int = 3
 
 
-_OTHER = {"gpu": "model", "engine": "gpu", "release": "pair", "campaign": "pair", "math": "model", "model": "gpu"}
+_OTHER = {"gpu": "model", "engine": "gpu", "release": "pair", "platform": "gpu", "campaign": "pair", "math": "model",
+          "model": "gpu"}
 
 
 def _log_errors(pred, value, clip):
@@ -77,14 +80,16 @@ ADDITIVE_CHECK_RTOL = 1e-9
 
 
 def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, options: FitOptions,
-                   additive=()):
+                   additive=(), upper_u=None):
     """Minimize, for every group at once, its weighted mean clipped |ln(pred/value)| plus a prior.
 
     ``predict(U, index)`` takes the search coordinates U (one row per row of ``index``, one
     column per parameter) of the rows ``index`` and returns their predictions; each group
     moves its own coordinates from ``prior_u`` (compass search: +-step along each
     coordinate, halve the step where neither direction improves). ``additive``: indices of
-    ``specs`` whose parameter enters the predictions additively (:data:`ADDITIVE_PARAMETERS`).
+    ``specs`` whose parameter enters the predictions additively (:data:`ADDITIVE_PARAMETERS`);
+    ``upper_u``: per-group upper bounds in u (groups x parameters, NaN: the spec's), tighter
+    than the specs' (the all-reduce latency of each GPU, :func:`allreduce_latency_bound_s`).
 
     Notes
     -----
@@ -101,7 +106,10 @@ def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, opt
     wsum = np.maximum(np.bincount(codes, weights=weights, minlength=n_groups), 1e-300)
     prior_scale = 2.0 * np.array([s.step for s in specs])
     lo = np.array([s.to_u(s.lower) for s in specs])
-    hi = np.array([s.to_u(s.upper) for s in specs])
+    hi = np.tile(np.array([s.to_u(s.upper) for s in specs]), (n_groups, 1))
+    if upper_u is not None:
+        hi = np.where(np.isnan(upper_u), hi, np.minimum(upper_u, hi))
+    u = np.minimum(u, hi)
     every = np.arange(len(codes))
 
     def loss(uu, pred, idx):
@@ -114,7 +122,7 @@ def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, opt
     slopes = {}
     for k in additive:  # d prediction / d parameter, per row (0 where it does not enter)
         shifted = u.copy()
-        shifted[:, k] = np.where(u[:, k] + 1.0 <= hi[k], u[:, k] + 1.0, u[:, k] - 1.0)
+        shifted[:, k] = np.where(u[:, k] + 1.0 <= hi[:, k], u[:, k] + 1.0, u[:, k] - 1.0)
         dx = specs[k].from_u(shifted[codes, k]) - specs[k].from_u(u[codes, k])
         with np.errstate(divide="ignore", invalid="ignore"):
             slopes[k] = np.where(dx != 0, (predict(shifted[codes], every) - pred) / dx, 0.0)
@@ -122,7 +130,7 @@ def pattern_search(predict, value, weights, codes, n_groups, prior_u, specs, opt
         for k in range(len(specs)):
             improved = np.zeros(n_groups, bool)
             for sign in (1.0, -1.0):
-                moved = np.clip(u[:, k] + sign * steps[:, k], lo[k], hi[k])
+                moved = np.clip(u[:, k] + sign * steps[:, k], lo[k], hi[:, k])
                 moving = (moved != u[:, k]) & ~improved
                 if not moving.any():
                     continue
@@ -239,6 +247,8 @@ class _Fit:
     value: np.ndarray
     families: np.ndarray
     keys_of: dict
+    #: Transformer layers of each row's model (the per-layer step cost's multiplier).
+    layers: np.ndarray
     release_of_campaign: dict
     default: dict
     tables: dict
@@ -247,15 +257,18 @@ class _Fit:
     def start(cls, catalog, rows: pd.DataFrame, base: ServingParams, options: FitOptions) -> "_Fit":
         rows = add_families(rows.reset_index(drop=True))
         arrays = row_arrays(catalog, rows)
-        start = {**base.as_dict(), **Harness().__dict__}
+        start = {**OPTIONAL_DEFAULTS, **base.as_dict(), **Harness().__dict__}
         default = {n: float(np.asarray(start[n], float).reshape(-1)[0]) for n in DEFAULT_PARAMETERS}
         for col in ("release", "campaign"):
             if col not in rows:
                 rows[col] = np.nan
-        keys_of = {level: rows[level].to_numpy() for level in ("gpu", "engine", "release", "campaign", "math",
-                                                               "model")}
+        rows["platform"] = platform_keys(rows["engine"].to_numpy(), gpu_vendors(catalog, rows["gpu"].to_numpy()))
+        keys_of = {level: rows[level].to_numpy() for level in ("gpu", "engine", "release", "platform", "campaign",
+                                                               "math", "model")}
+        layers = np.broadcast_to(np.asarray(arrays.n_layers, dtype=float), (len(rows),)).copy()
         return cls(catalog=catalog, base=base, options=options, rows=rows, arrays=arrays,
                    value=rows["value"].to_numpy(float), families=rows["family"].to_numpy(), keys_of=keys_of,
+                   layers=layers,
                    release_of_campaign=dict(zip(keys_of["campaign"], engine_keys(rows))), default=default,
                    tables={level: {} for level in LEVELS})
 
@@ -263,15 +276,16 @@ class _Fit:
         """The values fitted so far, as a calibration."""
         t = self.tables
         return Calibration(default=dict(self.default), gpus=t["gpu"], engines=t["engine"], releases=t["release"],
-                           maths=t["math"], models=t["model"], campaigns=t["campaign"])
+                           maths=t["math"], models=t["model"], campaigns=t["campaign"], platforms=t["platform"])
 
     def current(self) -> dict:
         """Per-row level values of the calibration so far (``{"<level>.<name>": array}``)."""
         cal = self.calibration()
         values = cal.level_values("gpu", self.keys_of["gpu"])
         values.update(cal.level_values("engine", engine_keys(self.rows)))
-        for level in ("math", "model", "campaign"):
+        for level in ("math", "model", "campaign", "platform"):
             values.update(cal.level_values(level, self.keys_of[level]))
+        values["row.layers"] = self.layers
         return values
 
     def subset(self, index) -> tuple:
@@ -341,13 +355,42 @@ def _search_level(fit: _Fit, level: str | None, keys: list, specs: dict) -> None
     plist = list(specs.values())
     additive = [i for i, n in enumerate(specs) if n in ADDITIVE_PARAMETERS]
     u = pattern_search(predict, fit.value[index], _family_weights(fit.families[index], codes), codes, len(prior),
-                       prior, plist, fit.options, additive)
+                       prior, plist, fit.options, additive, _upper_bounds(fit, level, keys, specs))
     for g in range(len(prior)):
         fitted = {n: float(s.from_u(u[g, i])) for i, (n, s) in enumerate(specs.items())}
         if level is None:
             fit.default.update(fitted)
         else:
             fit.tables[level].setdefault(keys[g], {}).update(fitted)
+
+
+def allreduce_latency_bound_s(catalog, gpu_id: str) -> float:
+    """The most a GPU's fitted TP all-reduce latency may be: its scale-up link's published
+    small-message all-reduce latency (``scale_up_allreduce_latency_us`` in
+    ``catalogs/gpus.yaml``), else the parameter's loader range (a GPU without an NVLink-class
+    link: the latency does not enter its predictions)."""
+    spec = GPU_PARAMETERS["allreduce_latency_nvlink_s"]
+    gpu = catalog.gpus.entries.get(gpu_id)
+    figure = None if gpu is None else gpu.scale_up_allreduce_latency_s
+    return spec.upper if figure is None else min(figure, spec.upper)
+
+
+def _upper_bounds(fit: _Fit, level: str | None, keys: list, specs: dict):
+    """Per-group upper bounds (u) of a search: the all-reduce latency of each GPU group at its
+    link's published figure, of the global fit at the largest figure of the measured GPUs."""
+    name = "allreduce_latency_nvlink_s"
+    if name not in specs or level not in (None, "gpu"):
+        return None
+    spec = specs[name]
+    if level == "gpu":
+        column = [spec.to_u(allreduce_latency_bound_s(fit.catalog, str(g))) for g in keys]
+    else:  # the global fit: the largest published figure of the measured GPUs that have one
+        gpus = [fit.catalog.gpus.entries.get(str(g)) for g in sorted(set(fit.keys_of["gpu"]))]
+        figures = [g.scale_up_allreduce_latency_s for g in gpus if g is not None and g.scale_up_allreduce_latency_s]
+        column = [spec.to_u(min(max(figures), spec.upper) if figures else spec.upper)]
+    out = np.full((len(column), len(specs)), np.nan)
+    out[:, list(specs).index(name)] = column
+    return out
 
 
 #: What an unmeasured GPU's prior sibling shares with it, most specific first (then the
@@ -408,6 +451,7 @@ def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParam
     frame = pd.DataFrame({"gpu": rows["gpu"].to_numpy(), "engine": rows["engine"].to_numpy(),
                           "release": engine_keys(rows), "math": rows["math"].to_numpy(),
                           "model": rows["model"].to_numpy(),
+                          "platform": platform_keys(rows["engine"].to_numpy(), gpu_vendors(catalog, rows["gpu"].to_numpy())),
                           "campaign": rows["campaign"].to_numpy() if "campaign" in rows else np.nan,
                           "family": rows["family"].to_numpy(),
                           "ape": np.abs(pred - measured) / measured * 100.0})
@@ -418,6 +462,7 @@ def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParam
 
     stats = {"default": summary(frame)}
     for level, table in (("gpu", cal.gpus), ("engine", cal.engines), ("release", cal.releases),
-                         ("math", cal.maths), ("model", cal.models), ("campaign", cal.campaigns)):
+                         ("math", cal.maths), ("model", cal.models), ("campaign", cal.campaigns),
+                         ("platform", cal.platforms)):
         stats.update({f"{level}:{k}": summary(frame[frame[level] == k]) for k in table})
     return replace(cal, stats=stats)

@@ -76,6 +76,8 @@ class Curves:
         self.rows, self.curves, self.arrays, self.params, self.traffic = {}, {}, {}, {}, {}
         self.used, self.optimum = (), None
         self.gpu_types, self.blocks = self.frame["gpu"].to_numpy(), candidate_blocks(self.frame)
+        # integer codes of both, for the dominance test's pairwise comparisons
+        self.gpu_codes, self.block_codes = pd.factorize(self.gpu_types)[0], pd.factorize(self.blocks)[0]
         self.price = self.frame["usd_per_replica_hour"].to_numpy(float)
         self.gpus = self.frame["gpus"].to_numpy(float)
         both = candidate_roles(self.frame) == "both"  # role rows: no curve (capacity_bounds)
@@ -166,8 +168,20 @@ def _strong(frame: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, gpu: str | None
     for k in range(lo.shape[1]):
         for value in (lo[idx, k] / price, lo[idx, k]):
             if (value > 0).any():
-                strong.update(np.argsort(-value, kind="stable")[:STRONG_PER_WORKLOAD].tolist())
+                strong.update(_largest(value, STRONG_PER_WORKLOAD).tolist())
     return idx, np.array(sorted(strong), dtype=int)
+
+
+def _largest(value: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the k largest values, ties to the earlier position: the first k of
+    ``np.argsort(-value, kind="stable")``, by a partition instead of a full sort."""
+    if len(value) <= k or np.isnan(value).any():
+        return np.argsort(-value, kind="stable")[:k]
+    threshold = -np.partition(-value, k - 1)[k - 1]          # the k-th largest value
+    above = np.flatnonzero(value > threshold)
+    at = np.flatnonzero(value == threshold)[:k - len(above)]
+    chosen = np.concatenate([above, at])
+    return chosen[np.argsort(-value[chosen], kind="stable")]
 
 
 def _undominated(curves: Curves, hi: np.ndarray, limited: set, gpu: str | None, idx: np.ndarray,
@@ -179,8 +193,9 @@ def _undominated(curves: Curves, hi: np.ndarray, limited: set, gpu: str | None, 
     on those workloads can it fall short.
     """
     price, gpus = curves.price[idx], curves.gpus[idx]
-    t, role = curves.gpu_types[idx], curves.blocks[idx]
-    free = ~np.isin(t[s], list(limited)) if gpu is None else np.zeros(len(s), dtype=bool)
+    t, role = curves.gpu_codes[idx], curves.block_codes[idx]
+    free = (~np.isin(curves.gpu_types[idx][s], list(limited)) if gpu is None
+            else np.zeros(len(s), dtype=bool))
     dropped = np.zeros(len(idx), dtype=bool)
     serves = ~(hi[idx] <= 0)   # NaN bounds count as served: nothing beats them
     patterns, group = np.unique(serves, axis=0, return_inverse=True)
@@ -191,11 +206,12 @@ def _undominated(curves: Curves, hi: np.ndarray, limited: set, gpu: str | None, 
         if not len(cols) or not len(k_s):
             continue
         ks, free_s, cap_s = s[k_s], free[k_s], ls[k_s][:, cols]
+        price_s, t_s, gpus_s, role_s = price[ks][None, :], t[ks][None, :], gpus[ks][None, :], role[ks][None, :]
         for start in range(0, len(mine), DOMINANCE_BLOCK):
             rows = mine[start:start + DOMINANCE_BLOCK]
-            beats = price[ks][None, :] <= price[rows, None]
-            beats &= free_s[None, :] | ((t[ks][None, :] == t[rows, None]) & (gpus[ks][None, :] <= gpus[rows, None]))
-            beats &= role[ks][None, :] == role[rows, None]  # never a role or pool for another
+            beats = price_s <= price[rows, None]
+            beats &= free_s[None, :] | ((t_s == t[rows, None]) & (gpus_s <= gpus[rows, None]))
+            beats &= role_s == role[rows, None]  # never a role or pool for another
             block = hi[idx[rows]][:, cols]
             for k in range(len(cols)):   # exact capacities of the strong >= upper bounds, workload by workload
                 beats &= cap_s[None, :, k] >= block[:, None, k]

@@ -39,11 +39,13 @@ def load(spec: str | None):
 
 
 def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: str | None = None,
-            model_ids=None, math_modes=None) -> ServingParams:
+            model_ids=None, math_modes=None, layers=None, vendors=None) -> ServingParams:
     """Parameters per configuration row (arrays aligned with ``gpu_ids`` when calibrated).
 
     ``model_ids`` and ``math_modes`` (:meth:`planner.catalog.Catalog.math_modes`) per row
-    select the calibration's per-model and per-math adjustments.
+    select the calibration's per-model and per-math adjustments; ``layers`` (the models'
+    layer counts per row) and ``vendors`` (the GPUs') its per-layer step costs
+    (:func:`catalog_keys`).
     """
     params = ServingParams()
     if calibration is not None:
@@ -51,17 +53,37 @@ def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: st
             return None if values is None else np.asarray(values, dtype=object)
 
         params = calibration.params_for(params, np.asarray(gpu_ids, dtype=object), engine=engine,
-                                        model_ids=per_row(model_ids), math_modes=per_row(math_modes))
+                                        model_ids=per_row(model_ids), math_modes=per_row(math_modes),
+                                        layers=layers, vendors=vendors)
     return params.with_overrides(**(overrides or {}))
 
 
 def for_configs(catalog, calibration, overrides: dict | None, engine: str | None, gpu_ids, formats,
                 model_ids) -> ServingParams:
     """Parameters per configuration row (GPU, weight format, model), as every command resolves
-    them: the calibration's GPU, engine, model and math levels (math modes from the catalog),
-    then ``overrides``."""
+    them: the calibration's GPU, engine, model and math levels (math modes and layer counts
+    from the catalog), then ``overrides``."""
     maths = catalog.math_modes(gpu_ids, formats) if calibration is not None else None
-    return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths)
+    keys = catalog_keys(catalog, gpu_ids, model_ids) if calibration is not None else {}
+    return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths, **keys)
+
+
+def catalog_keys(catalog, gpu_ids, model_ids) -> dict:
+    """``layers`` and ``vendors`` per row, the catalog facts the calibration's per-layer step
+    costs need (``Calibration.params_for``)."""
+    return {"layers": model_layers(catalog, model_ids), "vendors": gpu_vendors(catalog, gpu_ids)}
+
+
+def model_layers(catalog, model_ids) -> np.ndarray:
+    """Transformer layers of each model id (the calibration's per-layer step cost multiplies them)."""
+    ids = pd.Series(np.asarray(model_ids, dtype=object).reshape(-1))
+    return ids.map({m: float(catalog.model(m).num_layers) for m in ids.unique()}).to_numpy(float)
+
+
+def gpu_vendors(catalog, gpu_ids) -> np.ndarray:
+    """Vendor of each GPU id (the calibration's platform level: the engine's build per vendor)."""
+    ids = pd.Series(np.asarray(gpu_ids, dtype=object).reshape(-1))
+    return ids.map({g: catalog.gpu(g).vendor for g in ids.unique()}).to_numpy(object)
 
 
 def concat(parts: list[ServingParams], sizes: list[int]) -> ServingParams:

@@ -228,7 +228,7 @@ def find_plans(problem: Problem, instance: PlanningInstance | None, k: int, opti
     if instance is None:
         return Solutions(found=[], solves=[])
     opt = problem.spec.optimize
-    built = build_model(instance)
+    built = build_model(instance, emit=False)      # plan_alternatives emits what it solves
     solves: list = []
     found = plan_alternatives(
         instance, k, options,

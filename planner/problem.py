@@ -187,8 +187,9 @@ class OptimizeOptions(Strict):
     #: Most equal-cost distinct plans compared by latency for rank 1; None:
     #: planner.optimize.alternatives.EQUAL_COST_PLANS_LIMIT (8).
     equal_cost_plans: int | None = Field(default=None, ge=1)
-    #: Which cost-vs-latency fronts a solve computes (docs/problem-format.md, ``fronts``).
-    fronts: Literal["none", "mixed", "used", "all"] = "used"
+    #: Which cost-vs-latency fronts a solve computes (docs/problem-format.md, ``fronts``);
+    #: the per-GPU-type fronts (``used``, ``all``) on request.
+    fronts: Literal["none", "mixed", "used", "all"] = "mixed"
     #: The fronts start at the knee where tightening the target by 1 % raises the cost by
     #: more than this many percent (planner.pareto.KNEE_ELASTICITY).
     front_knee_elasticity: float = Field(default=3.0, gt=0)

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from planner.errors import PlanningInputError  # noqa: F401 - re-exported: the input error of every module
-from planner.units import BITS_PER_BYTE, GIGA, TERA
+from planner.units import BITS_PER_BYTE, GIGA, MICROSECONDS, TERA
 
 
 def _scalar_kinds(annotation) -> set | None:
@@ -116,6 +116,10 @@ class GpuSpec(Strict):
     scale_up_link: LinkKind
     scale_up_gb_per_s_per_direction: float | None = Field(default=None, gt=0)
     max_gpus_per_scale_up_domain: int = Field(ge=1)
+    #: Upper end of the published small-message all-reduce latency of the scale-up link
+    #: (NCCL/RCCL and the engines' custom all-reduce kernels, 8 GPUs), in microseconds: the
+    #: calibration fits each GPU's all-reduce latency at most this (None: no NVLink-class link).
+    scale_up_allreduce_latency_us: float | None = Field(default=None, gt=0)
     #: Scale-out network (InfiniBand/RoCE/EFA) of one GPU's NIC(s) to other scale-up domains;
     #: optional (None: not found), as its per-direction rate in decimal GB/s and the GPUs of
     #: one node (server or compute tray).
@@ -134,6 +138,12 @@ class GpuSpec(Strict):
     @property
     def memory_bandwidth_bytes_per_s(self) -> float:
         return self.memory_bandwidth_tb_per_s * TERA
+
+    @property
+    def scale_up_allreduce_latency_s(self) -> float | None:
+        """:attr:`scale_up_allreduce_latency_us` in seconds (None where not given)."""
+        us = self.scale_up_allreduce_latency_us
+        return None if us is None else us * MICROSECONDS
 
     @property
     def link_bytes_per_s(self) -> float:

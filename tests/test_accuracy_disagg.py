@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from planner.accuracy_disagg import (PREFILL_BATCH_TOKENS, disagg_layouts, pd_closed_loop, pool_arrays,
-                                     score_disagg_rows)
+from planner.accuracy_disagg import (PREFILL_BATCH_TOKENS, disagg_layouts, measured_decode_scale,
+                                     measured_prefill_load, measured_rate_per_s, pd_closed_loop, pool_arrays,
+                                     prefill_pool_capacity, score_disagg_rows)
 from planner.accuracy_loads import wave_prefill_s
 from planner.accuracy_rows import MEASUREMENT_COLUMNS
 from planner.serving.params import ServingParams
@@ -103,6 +104,8 @@ def test_prefill_pool_batches_and_saturates(catalog):
     t_full = float(wave_prefill_s(pre, p, per_step, 1000.0, PREFILL_BATCH_TOKENS)[0])
     assert t_full == pytest.approx(float(StepModel(pre, p).time(0.0, PREFILL_BATCH_TOKENS, 1000.0)[0]))
     mu = 2.0 * per_step / t_full
+    capacity, batch, budget = prefill_pool_capacity(pre, p, 1000.0, 2.0)
+    assert (float(capacity[0]), float(batch), float(budget)) == pytest.approx((mu, per_step, PREFILL_BATCH_TOKENS))
     users = 20000.0                                   # far more than the pool can prefill
     out = pd_closed_loop(pre, dec, p, users, 2.0, 3.0, 1e5, 1e-3, 1000.0, 200.0, 0.0, np.nan)
     assert float(out["rate_per_s"][0]) == pytest.approx(mu, rel=1e-3)
@@ -113,3 +116,79 @@ def test_prefill_pool_batches_and_saturates(catalog):
     t_one = float(wave_prefill_s(pre, p, 1.0, 1000.0, PREFILL_BATCH_TOKENS)[0])
     assert float(one["rate_per_s"][0]) == pytest.approx(2.0 / t_one, rel=1e-3)
     assert float(one["rate_per_s"][0]) < float(out["rate_per_s"][0])     # batching amortizes the weight reads
+
+
+def test_decode_scale_is_a_factor_on_the_decode_steps(catalog):
+    """The sensitivity factor multiplies every decode step: one user's TPOT doubles with 2, its
+    TTFT (prefill + transfer) stays, the rate is 1 / (S + X + (o - 1) 2 tau); 1 is the model."""
+    p = ServingParams()
+    r = score_disagg_rows(catalog, rows(catalog), calibration=None)[0].iloc[:1]
+    pre, dec = pool_arrays(catalog, r, "p"), pool_arrays(catalog, r, "d")
+    args = (pre, dec, p, 1.0, 2.0, 3.0, 16.0, 1e-3, 1000.0, 200.0, 0.0, np.nan)
+    plain, one, two = pd_closed_loop(*args), pd_closed_loop(*args, decode_scale=1.0), \
+        pd_closed_loop(*args, decode_scale=2.0)
+    assert all(np.array_equal(plain[k], one[k]) for k in plain)             # bit for bit
+    service = float(StepModel(pre, p).time(0.0, 1000.0, 1000.0)[0])
+    n = float(two["rate_per_s"][0]) * 199 * float(two["tpot_s"][0]) / 3
+    tau2 = 2.0 * float(StepModel(dec, p).time(n)[0])
+    assert float(two["tpot_s"][0]) == pytest.approx(tau2, rel=1e-3)
+    assert float(two["ttft_s"][0]) == pytest.approx(service + 1e-3, rel=1e-9)
+    assert float(two["rate_per_s"][0]) == pytest.approx(1 / (service + 1e-3 + 199 * tau2), rel=1e-3)
+
+
+def test_measured_decode_scale_by_hand():
+    """Measured / predicted TPOT of the point (median over its mean/median TPOT rows), on every
+    row of the point; 1 for a point without one; p99 rows are not read."""
+    point = {"source": "s", "model": "m", "gpu": "g", "engine": "e", "prompt_tokens": 1000.0,
+             "output_tokens": 200.0, "load_kind": "concurrency", "p_workers": 1.0, "d_workers": 2.0}
+    df = pd.DataFrame([{**point, "load_value": 8.0, "quantity": "tpot", "statistic": "mean", "value": 30.0},
+                       {**point, "load_value": 8.0, "quantity": "tpot", "statistic": "median", "value": 40.0},
+                       {**point, "load_value": 8.0, "quantity": "tpot", "statistic": "p99", "value": 99.0},
+                       {**point, "load_value": 8.0, "quantity": "ttft", "statistic": "mean", "value": 5.0},
+                       {**point, "load_value": 16.0, "quantity": "ttft", "statistic": "mean", "value": 5.0}])
+    scale = measured_decode_scale(df, np.array([20.0, 20.0, 20.0, 1.0, 1.0]))
+    assert scale.tolist() == [1.75, 1.75, 1.75, 1.75, 1.0]               # median(1.5, 2.0); no TPOT row
+
+
+def test_measured_tpot_check_matches_the_measured_decode(catalog):
+    """``measured_tpot``: the TPOT row comes out at its measured value, throughput follows the
+    slower decode, one user's TTFT does not depend on the decode."""
+    model = score_disagg_rows(catalog, rows(catalog), calibration=None)[0].set_index("id")["prediction"]
+    check = score_disagg_rows(catalog, rows(catalog), calibration=None, measured_tpot=True)[0]
+    check = check.set_index("id")["prediction"]
+    assert check["b"] == pytest.approx(20.0, rel=2e-3)                   # the measured 20 ms
+    assert check["a"] == pytest.approx(model["a"], rel=1e-9)
+    # One user: rate = 1 / (S + X + (o - 1) tau) with the measured tau = 20 ms (S + X: the TTFT).
+    assert check["c"] == pytest.approx(200 / (model["a"] / 1000 + 199 * 0.020), rel=2e-3)
+    assert model["b"] != pytest.approx(20.0, rel=0.05)                   # the check moved the decode
+
+
+def test_measured_rate_by_hand():
+    """A point's measured request rate: the median of its throughput rows in requests/s (output
+    tokens / o, per GPU x GPUs / o, requests/s), else U / (TTFT + (o - 1) TPOT) of its central
+    latency rows; NaN for a point with neither (p99 rows are not read)."""
+    point = {"source": "s", "model": "m", "gpu": "g", "engine": "e", "prompt_tokens": 1000.0,
+             "output_tokens": 200.0, "load_kind": "concurrency", "p_workers": 1.0, "d_workers": 2.0,
+             "gpus_total": 10.0}
+    a, b, c = ({**point, "load_value": 8.0}, {**point, "load_value": 16.0}, {**point, "load_value": 32.0})
+    df = pd.DataFrame([{**a, "quantity": "out_total", "statistic": "mean", "value": 500.0},     # 2.5 /s
+                       {**a, "quantity": "out_per_gpu", "statistic": "mean", "value": 100.0},   # 5.0 /s
+                       {**a, "quantity": "req_rate", "statistic": "mean", "value": 3.0},
+                       {**a, "quantity": "ttft", "statistic": "mean", "value": 1.0},             # not read
+                       {**b, "quantity": "ttft", "statistic": "mean", "value": 1000.0},
+                       {**b, "quantity": "tpot", "statistic": "median", "value": 20.0},
+                       {**b, "quantity": "tpot", "statistic": "p99", "value": 90.0},
+                       {**c, "quantity": "ttft", "statistic": "p99", "value": 1000.0}])
+    rate = measured_rate_per_s(df)
+    assert rate[:4].tolist() == [3.0] * 4                                  # median(2.5, 5.0, 3.0)
+    assert rate[4:7] == pytest.approx([16.0 / (1.0 + 199 * 0.020)] * 3)    # 3.213 /s
+    assert np.isnan(rate[7])
+
+
+def test_measured_prefill_load_by_hand(catalog):
+    """Measured rate / mu: the throughput row's 50 tok/s / o = 0.25 requests/s over the capacity
+    of 2 prefill workers of one prompt per step (the recorded batch=1), mu = 2 / T(1)."""
+    r = score_disagg_rows(catalog, rows(catalog), calibration=None)[0]
+    p = ServingParams()
+    t_one = float(StepModel(pool_arrays(catalog, r.iloc[:1], "p"), p).time(0.0, 1000.0, 1000.0)[0])
+    assert measured_prefill_load(catalog, r) == pytest.approx([0.25 / (2.0 / t_one)] * len(r), rel=1e-9)

@@ -15,7 +15,7 @@ from hardening_helpers import tiny, write
 # Runs ``planner ARGS`` and reports on stderr when the first solve has returned.
 DRIVER = """
 import sys
-import planner.optimize.alternatives as kbest
+import planner.optimize.nextplan as kbest
 real, count = kbest.run_solver, []
 def marked(*args, **kwargs):
     result = real(*args, **kwargs)
@@ -57,7 +57,7 @@ def test_sigterm_during_solve_runs_cleanup_in_process(tmp_path, monkeypatch):
     """SIGTERM (a caught signal) becomes exit 143 with the same cleanup; handlers are restored."""
     import os
 
-    import planner.optimize.alternatives as kbest
+    import planner.optimize.nextplan as kbest
     from hardening_helpers import cli
 
     real = kbest.run_solver

@@ -131,7 +131,8 @@ def test_fronts_flag_none_mixed_used(tmp_path):
     assert none["pareto"] == []
     mixed = _solve_json(path, "--fronts", "mixed")["pareto"]
     assert {p["front"] for p in mixed} == {"mixed"} and len(mixed) == 4
-    used = _solve_json(path)["pareto"]          # default: optimize.fronts = used
+    assert _solve_json(path)["pareto"] == mixed      # default: optimize.fronts = mixed
+    used = _solve_json(path, "--fronts", "used")["pareto"]
     plan_gpus = {d["gpu"] for d in none["plans"][0]["deployments"]}
     front_gpus = {d.split()[1] for p in mixed for d in p["deployments"].split("; ")}
     assert {p["front"] for p in used} == {"mixed"} | plan_gpus | front_gpus

@@ -11,7 +11,7 @@ from planner.cli import EXIT_INFEASIBLE, EXIT_UNKNOWN
 
 def test_time_limit_without_decision_is_unknown_exit_4(tmp_path, monkeypatch):
     """CP-SAT stopped by its time limit with no plan and no proof: status unknown, exit 4."""
-    from planner.optimize import alternatives as kbest
+    from planner.optimize import nextplan as kbest
     from planner.optimize.instance import SolveStatus
     from planner.optimize.solve import SolveResult
 

@@ -22,8 +22,8 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, help="CP-SAT time limit per solve [s]")
     p.add_argument("--no-pareto", action="store_true", help="skip the Pareto fronts (same as --fronts none)")
     p.add_argument("--fronts", choices=["none", "mixed", "used", "all"],
-                   help="which Pareto fronts: none, mixed (all GPU types together), used (default: mixed plus "
-                        "each GPU type in some plan or mixed-front point), all (every GPU type)")
+                   help="which Pareto fronts: none, mixed (all GPU types together; the default), used (mixed "
+                        "plus each GPU type in some plan or mixed-front point), all (every GPU type)")
     p.add_argument("--confidence", type=confidence,
                    help="quantile of the serving model's error the capacities hold at, in [0.5, 1) "
                         "(default: the problem's optimize.confidence, 0.8; 0.5 = central prediction)")

@@ -12,15 +12,15 @@ can meet it (inventory, budget, redundancy or distinct-config limits force it).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
-from ortools.sat.python import cp_model
 
+from planner.optimize.blocks import emitted, split_model
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel, build_model
-from planner.optimize.solve import Plan, SolveResult, read_plan, run_solver
+from planner.optimize.nextplan import FIRST, LOADED, PLAIN, BlockSearch, WholeModelSearch
+from planner.optimize.solve import Plan, SolveResult, read_plan
 
 #: Least load (fraction of the capacity at SLO of its replicas, spare replicas of N+1
 #: redundancy not counted) of every deployment of a ranked alternative (rank >= 2).
@@ -86,8 +86,8 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         Receives the :class:`SolveResult` of every solve, in order (the first tells an
         infeasible instance from one whose feasibility the time limit left undecided).
     built : BuiltModel, optional
-        The instance's model (:func:`build_model`), when the caller built it already (to
-        report its pruning); built here otherwise.
+        The instance's model (:func:`build_model`, emitted or not), when the caller built it
+        already (to report its pruning); built here otherwise.
     workers : int, default ALTERNATIVE_WORKERS
         Most CP-SAT workers of the solves after the first (when every plan is canonical).
 
@@ -114,12 +114,12 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         raise ValueError(f"min_load_fraction must be in [0, 1), got {min_load_fraction}")
     if face_limit < 1:
         raise ValueError(f"face_limit must be >= 1, got {face_limit}")
-    built = built if built is not None else build_model(instance)
+    built = built if built is not None else build_model(instance, emit=False)
     later = (replace(options, num_workers=max(1, min(options.num_workers, workers)))
              if options.prove_unique_plan and options.canonical_routing else options)
-    ids = list(built.use.index)
-    plain = built.model.clone()
-    loaded: cp_model.CpModel | None = None
+    blocks = split_model(built)
+    search = (WholeModelSearch(emitted(built), options, later, min_load_fraction) if blocks is None
+              else BlockSearch(built, blocks, options, later, min_load_fraction))
     forced = False
     found: list[FoundPlan] = []
     optimum: float | None = None
@@ -135,14 +135,11 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
         return sum(f.admissible for f in found) < need
 
     while wanted():
-        if found and not forced and loaded is None:
-            loaded = plain.clone()
-            _add_min_load(loaded, built, min_load_fraction)
-        model = plain if forced or not found else loaded
-        result = run_solver(replace(built, model=model), later if found else options)
+        kind = FIRST if not found else PLAIN if forced else LOADED
+        result = search.next(kind)
         if statuses is not None:
             statuses.append(result)
-        if result.status == SolveStatus.INFEASIBLE and model is loaded:
+        if result.status == SolveStatus.INFEASIBLE and kind == LOADED:
             forced = True
             continue
         plan = read_plan(built, result)
@@ -158,26 +155,8 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
             forced=forced and len(found) > 0, min_load_fraction=least))
         if result.status != SolveStatus.OPTIMAL:
             break
-        used = set(plan.deployments["candidate_id"])
-        cut = [~built.use[i] if i in used else built.use[i] for i in ids]
-        for m in (plain, loaded):
-            if m is not None:
-                m.add_bool_or(cut)
+        search.forbid(set(plan.deployments["candidate_id"]))
     return found
-
-
-def _add_min_load(model: cp_model.CpModel, built: BuiltModel, fraction: float) -> None:
-    """Rows ``load_j >= ceil(fraction L_j) (y_j - spare_j)`` for every candidate j."""
-    if fraction <= 0:
-        return
-    pairs = built.traffic.index.get_level_values("candidate_id")
-    for cid in built.replicas.index:
-        mine = np.flatnonzero(pairs == cid)
-        load = cp_model.LinearExpr.weighted_sum([built.traffic.iloc[i] for i in mine],
-                                                [int(built.load_coef.iloc[i]) for i in mine])
-        floor_units = math.ceil(fraction * int(built.load_units_per_replica[cid]))
-        active = built.replicas[cid] - built.spare[cid] if cid in built.spare.index else built.replicas[cid]
-        model.add(load >= floor_units * active).with_name(f"min_load[{cid}]")
 
 
 def _least_load(built: BuiltModel, plan: Plan) -> float:

@@ -79,7 +79,7 @@ class BuiltModel:
     scales: dict
 
 
-def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel:
+def build_model(instance: PlanningInstance, *, prune: bool = True, emit: bool = True) -> BuiltModel:
     """Build the min-cost CP-SAT model of an instance.
 
     Parameters
@@ -91,6 +91,11 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
         prefill/decode pools another pool covers (:func:`prune_dominated_pools`) and the
         prefill/decode candidates replicas of a smaller one replace
         (:func:`prune_replica_multiples`).
+    emit : bool, default True
+        False: the scaled data only, ``model``, the variables and the expressions None (the
+        variable Series hold None with their index), for
+        :func:`planner.optimize.blocks.split_model`, which emits the independent blocks
+        alone, and :func:`planner.optimize.blocks.emitted`, which emits the whole model.
 
     Returns
     -------
@@ -146,71 +151,6 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
         if budget_units is not None:
             upper[pos] = min(upper[pos], budget_units // price_units[pos])
 
-    model = cp_model.CpModel()
-    model.name = "llm_deployment_plan"
-    replicas = model.new_int_var_series("replicas", ids, 0, pd.Series(upper, index=ids))
-    use = model.new_bool_var_series("use", ids)
-    spare_ids = ids[can_spare]
-    spare = model.new_bool_var_series("spare", spare_ids)
-    rows, cols = np.nonzero(cap > 0)
-    pairs = pd.MultiIndex.from_arrays([ids[rows], np.array(workloads, dtype=object)[cols]],
-                                      names=["candidate_id", "workload"])
-    q_arr = q.to_numpy()
-    coef = scaling.coef[rows, cols]
-    traffic = pd.Series([model.new_int_var(0, int(min(q_arr[k], (scaling.units[j] * upper[j]) // coef[i])),
-                                           f"traffic_units[{ids[j]},{workloads[k]}]")
-                         for i, (j, k) in enumerate(zip(rows, cols))], index=pairs, dtype=object)
-
-    role_of = candidate_roles(cands)[rows]
-    pool_of = candidate_pools(cands)[rows]
-    for k, name in enumerate(workloads):
-        mine_k = cols == k
-        served = [traffic.iloc[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
-        model.add(cp_model.LinearExpr.sum(served) == int(q_arr[k])).with_name(f"serve[{name}]")
-        pools = sorted(set(pool_of[mine_k & (role_of != "both")]))
-        for pool in pools:
-            # Every request a pool prefills it decodes (same traffic units; one weight format and
-            # KV dtype on both sides, prune.POOL_KEY).
-            in_pool = mine_k & (pool_of == pool)
-            prefilled = [traffic.iloc[i] for i in np.flatnonzero(in_pool & (role_of == "prefill"))]
-            decoded = [traffic.iloc[i] for i in np.flatnonzero(in_pool & (role_of == "decode"))]
-            suffix = "" if len(pools) == 1 else f",{pool}"
-            model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
-                f"pd_balance[{name}{suffix}]")
-    for j, cid in enumerate(ids):
-        mine = np.flatnonzero(rows == j)
-        load = cp_model.LinearExpr.weighted_sum([traffic.iloc[i] for i in mine],
-                                                [int(coef[i]) for i in mine])
-        units = int(scaling.units[j])
-        y = replicas.iloc[j]
-        if can_spare[j]:
-            s = spare[cid]
-            model.add(load + units * s <= units * y).with_name(f"load[{cid}]")
-            for i in mine:
-                if red[cols[i]]:
-                    model.add(traffic.iloc[i] <= int(q_arr[cols[i]]) * s).with_name(
-                        f"spare[{cid},{workloads[cols[i]]}]")
-        else:
-            model.add(load <= units * y).with_name(f"load[{cid}]")
-        model.add(y <= int(upper[j]) * use[cid]).with_name(f"use_link[{cid}]")
-        model.add(y >= use[cid]).with_name(f"use_floor[{cid}]")
-        # A deployed candidate carries traffic: no idle deployments (never optimal; this
-        # keeps the k-best alternatives meaningful).
-        model.add(cp_model.LinearExpr.sum([traffic.iloc[i] for i in mine]) >= use[cid]).with_name(
-            f"use_serves[{cid}]")
-    for gpu, count in sorted(instance.inventory_gpus.items()):
-        mask = (cands["gpu"] == gpu).to_numpy()
-        if mask.any():
-            model.add(cp_model.LinearExpr.weighted_sum(list(replicas[mask]), [int(g) for g in gpr[mask]])
-                      <= int(count)).with_name(f"inventory_gpus[{gpu}]")
-    cost_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(p) for p in price_units])
-    if budget_units is not None:
-        model.add(cost_expr <= budget_units).with_name("budget_usd_per_hour")
-    if instance.max_distinct_configs is not None:
-        model.add(cp_model.LinearExpr.sum(list(use)) <= instance.max_distinct_configs).with_name(
-            "max_distinct_configs")
-    model.minimize(cost_expr)
-
     scales = {"cost_units_per_usd": COST_UNITS_PER_USD,
               "cost_scaling": "exact" if cost_exact else "rounded_up",
               "load_scaling": "exact" if scaling.exact else "rounded_up",
@@ -220,14 +160,119 @@ def build_model(instance: PlanningInstance, *, prune: bool = True) -> BuiltModel
               "max_load_overestimate_replicas": scaling.max_overestimate_replicas,
               "traffic_units": {w: int(v) for w, v in q.items()},
               "max_scaled_magnitude": MAX_SCALED_MAGNITUDE}
-    weights = tie_break_weights(ids)
-    tie_break_expr = cp_model.LinearExpr.weighted_sum(list(replicas), [int(w) for w in weights])
+    rows, cols = np.nonzero(cap > 0)
+    pairs = pd.MultiIndex.from_arrays([ids[rows], np.array(workloads, dtype=object)[cols]],
+                                      names=["candidate_id", "workload"])
+    upper_s, price_s = pd.Series(upper, index=ids, dtype=np.int64), pd.Series(price_units, index=ids)
+    coef_s = pd.Series(scaling.coef[rows, cols], index=pairs, dtype=np.int64)
+    units_s, weights = pd.Series(scaling.units, index=ids), tie_break_weights(ids)
+    if not emit:
+        none = {"dtype": object}
+        return BuiltModel(model=None, instance=instance, candidates=cands, pruned=pruned, workloads=workloads,
+                          replicas=pd.Series(None, index=ids, **none), use=pd.Series(None, index=ids, **none),
+                          spare=pd.Series(None, index=ids[can_spare], **none), replica_upper=upper_s,
+                          traffic=pd.Series(None, index=pairs, **none), traffic_units=q, price_units=price_s,
+                          load_coef=coef_s, load_units_per_replica=units_s, cost_expr=None,
+                          tie_break_weights=weights, tie_break_expr=None, scales=scales)
+    return emit_model(instance, cands, pruned, workloads, q, upper_s, price_s, coef_s, units_s,
+                      ids[can_spare], weights, scales, budget_units=budget_units,
+                      max_distinct_configs=instance.max_distinct_configs)
+
+
+def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Series, workloads: tuple[str, ...],
+               q: pd.Series, upper: pd.Series, price_units: pd.Series, coef: pd.Series, units: pd.Series,
+               spare_ids: pd.Index, weights: pd.Series, scales: dict, *, budget_units: int | None,
+               max_distinct_configs: int | None) -> BuiltModel:
+    """The CP-SAT model (variables and constraints of :func:`build_model`) of scaled data.
+
+    ``cands``: kept candidates in ``candidate_id`` order; ``upper``, ``price_units``,
+    ``units`` (load units per replica) and ``weights`` (tie-break) per candidate; ``coef``:
+    the scaled load of one traffic unit per (candidate_id, workload) pair that can serve,
+    in candidate then workload order; ``q``: traffic units per workload of ``workloads``;
+    ``spare_ids``: the candidates that can serve a redundancy workload.
+    :func:`planner.optimize.blocks.split_model` emits independent parts of a model with
+    the same data, restricted.
+    """
+    ids = pd.Index(cands.index, name="candidate_id")
+    pairs = coef.index
+    upper_arr, units_arr = upper.to_numpy(np.int64), units.to_numpy(np.int64)
+    gpr = cands["gpus_per_replica"].to_numpy(np.int64)
+    can_spare = ids.isin(spare_ids)
+    red_names = set(instance.redundancy_workloads)
+    rows = ids.get_indexer(pairs.get_level_values("candidate_id"))
+    pair_wl = np.asarray(pairs.get_level_values("workload"), dtype=object)
+    coef_arr = coef.to_numpy(np.int64)
+    q_of = q.to_dict()
+
+    model = cp_model.CpModel()
+    model.name = "llm_deployment_plan"
+    replicas = model.new_int_var_series("replicas", ids, 0, upper)
+    use = model.new_bool_var_series("use", ids)
+    spare = model.new_bool_var_series("spare", ids[can_spare])
+    tvars = [model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
+                               f"traffic_units[{ids[j]},{w}]")
+             for j, w, c in zip(rows, pair_wl, coef_arr)]
+    traffic = pd.Series(tvars, index=pairs, dtype=object)
+    ys, uses = list(replicas), list(use)
+    spares = dict(zip(spare.index, spare))
+    coefs = [int(c) for c in coef_arr]
+    by_candidate: list[list[int]] = [[] for _ in range(len(ids))]
+    for i, j in enumerate(rows):
+        by_candidate[j].append(i)
+
+    role_of = candidate_roles(cands)[rows]
+    pool_of = candidate_pools(cands)[rows]
+    for name in workloads:
+        mine_k = pair_wl == name
+        served = [tvars[i] for i in np.flatnonzero(mine_k & (role_of != "decode"))]
+        model.add(cp_model.LinearExpr.sum(served) == int(q_of[name])).with_name(f"serve[{name}]")
+        pools = sorted(set(pool_of[mine_k & (role_of != "both")]))
+        for pool in pools:
+            # Every request a pool prefills it decodes (same traffic units; one weight format and
+            # KV dtype on both sides, prune.POOL_KEY).
+            in_pool = mine_k & (pool_of == pool)
+            prefilled = [tvars[i] for i in np.flatnonzero(in_pool & (role_of == "prefill"))]
+            decoded = [tvars[i] for i in np.flatnonzero(in_pool & (role_of == "decode"))]
+            suffix = "" if len(pools) == 1 else f",{pool}"
+            model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
+                f"pd_balance[{name}{suffix}]")
+    for j, cid in enumerate(ids):
+        mine = by_candidate[j]
+        mine_vars = [tvars[i] for i in mine]
+        load = cp_model.LinearExpr.weighted_sum(mine_vars, [coefs[i] for i in mine])
+        u = int(units_arr[j])
+        y, used = ys[j], uses[j]
+        if can_spare[j]:
+            s = spares[cid]
+            model.add(load + u * s <= u * y).with_name(f"load[{cid}]")
+            for i in mine:
+                if pair_wl[i] in red_names:
+                    model.add(tvars[i] <= int(q_of[pair_wl[i]]) * s).with_name(f"spare[{cid},{pair_wl[i]}]")
+        else:
+            model.add(load <= u * y).with_name(f"load[{cid}]")
+        model.add(y <= int(upper_arr[j]) * used).with_name(f"use_link[{cid}]")
+        model.add(y >= used).with_name(f"use_floor[{cid}]")
+        # A deployed candidate carries traffic: no idle deployments (never optimal; this
+        # keeps the k-best alternatives meaningful).
+        model.add(cp_model.LinearExpr.sum(mine_vars) >= used).with_name(f"use_serves[{cid}]")
+    for gpu, count in sorted(instance.inventory_gpus.items()):
+        mask = (cands["gpu"] == gpu).to_numpy()
+        if mask.any():
+            model.add(cp_model.LinearExpr.weighted_sum([ys[j] for j in np.flatnonzero(mask)],
+                                                       [int(g) for g in gpr[mask]])
+                      <= int(count)).with_name(f"inventory_gpus[{gpu}]")
+    cost_expr = cp_model.LinearExpr.weighted_sum(ys, [int(p) for p in price_units])
+    if budget_units is not None:
+        model.add(cost_expr <= budget_units).with_name("budget_usd_per_hour")
+    if max_distinct_configs is not None:
+        model.add(cp_model.LinearExpr.sum(uses) <= max_distinct_configs).with_name(
+            "max_distinct_configs")
+    model.minimize(cost_expr)
+    tie_break_expr = cp_model.LinearExpr.weighted_sum(ys, [int(w) for w in weights])
     return BuiltModel(model=model, instance=instance, candidates=cands, pruned=pruned,
                       workloads=workloads, replicas=replicas, use=use, spare=spare,
-                      replica_upper=pd.Series(upper, index=ids, dtype=np.int64), traffic=traffic,
-                      traffic_units=q, price_units=pd.Series(price_units, index=ids),
-                      load_coef=pd.Series(coef, index=pairs, dtype=np.int64),
-                      load_units_per_replica=pd.Series(scaling.units, index=ids), cost_expr=cost_expr,
+                      replica_upper=upper, traffic=traffic, traffic_units=q, price_units=price_units,
+                      load_coef=coef, load_units_per_replica=units, cost_expr=cost_expr,
                       tie_break_weights=weights, tie_break_expr=tie_break_expr, scales=scales)
 
 

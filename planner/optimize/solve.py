@@ -11,6 +11,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
+from planner.optimize.blocks import emitted, split_model
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
@@ -21,6 +22,8 @@ _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus
            cp_model.UNKNOWN: SolveStatus.UNKNOWN}
 
 OBJECTIVE_SENSE = {"usd_per_hour": "min"}
+#: Status of a decomposed solve with a block that found no plan, most decisive first.
+_NO_PLAN_ORDER = (SolveStatus.INFEASIBLE, SolveStatus.MODEL_INVALID, SolveStatus.UNKNOWN)
 
 
 @dataclass(frozen=True, eq=False)
@@ -149,6 +152,67 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
                        time.perf_counter() - start, params, built.scales, replicas, traffic)
 
 
+def combine_results(built: BuiltModel, blocks: list[BuiltModel], results: list, options: SolverOptions,
+                     weight: int | None, wall_time_s: float) -> SolveResult:
+    """One :class:`SolveResult` of the whole model from its blocks' results (same order).
+
+    Without a plan in some block: no solution, status infeasible (some block proven
+    infeasible), model_invalid or unknown, in that order. Otherwise the replicas and traffic
+    of every block together, the cost and proven bound summed, optimal when every block
+    is; ``solver_params`` as :func:`run_solver` writes them (``weight``: that of the whole
+    model), with ``num_solves`` and the stage times summed over blocks and ``blocks``.
+    """
+    stages: dict = {}
+    for r in results:
+        for stage, seconds in r.solver_params["wall_time_s"].items():
+            stages[stage] = stages.get(stage, 0.0) + seconds
+    params = {"time_limit_s": options.time_limit_s, "num_workers": options.num_workers,
+              "random_seed": options.random_seed, "relative_gap_limit": options.relative_gap_limit,
+              "objective_sense": OBJECTIVE_SENSE, "tie_break": TIE_BREAK_RULE,
+              "prove_unique_plan": options.prove_unique_plan, "combined_objective_weight": weight,
+              "proven_unique": all(r.solver_params["proven_unique"] for r in results),
+              "num_solves": sum(r.solver_params["num_solves"] for r in results), "blocks": len(blocks),
+              "wall_time_s": stages}
+    failed = [r.status for r in results if r.replicas is None]
+    if failed:
+        status = next(s for s in _NO_PLAN_ORDER if s in failed)
+        return SolveResult(status, None, None, None, wall_time_s, params, built.scales)
+    y = pd.Series(0, index=built.replicas.index, dtype=np.int64, name="replicas")
+    x = pd.Series(0, index=built.traffic.index, dtype=np.int64, name="traffic_units")
+    cost_units = bound_units = 0
+    for block, r in zip(blocks, results):
+        y.loc[block.replicas.index] = r.replicas.to_numpy(np.int64)
+        x.loc[block.traffic.index] = r.traffic_units.to_numpy(np.int64)
+        cost = int(block.price_units.to_numpy(dtype=object) @ r.replicas.to_numpy(np.int64).astype(object))
+        cost_units += cost
+        bound_units += cost if r.gap == 0 else round(r.best_bound_usd_per_hour * COST_UNITS_PER_USD)
+    gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
+    status = (SolveStatus.OPTIMAL if all(r.status == SolveStatus.OPTIMAL for r in results) and gap == 0
+              else SolveStatus.FEASIBLE)
+    price = built.candidates["usd_per_replica_hour"].to_numpy(float)
+    objective = math.fsum(price * y.to_numpy())
+    return SolveResult(status, objective, bound_units / COST_UNITS_PER_USD, gap, wall_time_s, params,
+                       built.scales, y, x)
+
+
+def solve_blocks(built: BuiltModel, options: SolverOptions = SolverOptions(), hint: dict | None = None
+                 ) -> SolveResult:
+    """:func:`run_solver` of a model, block by block when it splits (the same canonical plan,
+    see :mod:`planner.optimize.blocks`); the whole model in one solve otherwise. ``built``
+    may be unemitted (``build_model(..., emit=False)``): only what is solved is emitted."""
+    start = time.perf_counter()
+    blocks = split_model(built)
+    if blocks is None:
+        return run_solver(emitted(built), options, hint)
+    results = []
+    for block in blocks:
+        results.append(run_solver(block, options, hint))
+        if results[-1].status == SolveStatus.INFEASIBLE:
+            break           # the whole model is infeasible
+    return combine_results(built, blocks, results, options, tie_break_weight(built),
+                           time.perf_counter() - start)
+
+
 def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
     """Hint: each workload wholly on its cheapest candidate per request, replicas rounded up.
 
@@ -262,6 +326,6 @@ def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions(), 
     (SolveResult, Plan or None)
         The plan is None whenever no solution was found; never an empty plan.
     """
-    built = build_model(instance)
-    result = run_solver(built, options, hint)
+    built = build_model(instance, emit=False)      # solve_blocks emits the blocks, or the whole
+    result = solve_blocks(built, options, hint)
     return result, read_plan(built, result)

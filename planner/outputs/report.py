@@ -204,8 +204,13 @@ def build_blocks(result, doc: dict, launch: dict[str, str] | None = None) -> lis
 
     b += daily_blocks(doc)
     b.append(("h", 2, "Cost vs p95 latency fronts"))
+    per_gpu = not result.pareto.empty and bool((result.pareto["front"] != "mixed").any())
     b.append(("p", ("Each point re-solves the plan with every workload's SLO tightened to the target: "
-                    "the mixed front may combine GPU types, the others use one GPU type.")))
+                    "the mixed front may combine GPU types, the others use one GPU type."
+                    if per_gpu else
+                    "Each point re-solves the plan with every workload's SLO tightened to the target; "
+                    "the mixed front may combine GPU types. One front per GPU type (what the target "
+                    "costs on that type alone): `--fronts used` or `--fronts all`, or `optimize.fronts`.")))
     for metric, name, label in (("tpot_p95_s", "pareto_tpot", "TPOT"), ("ttft_p95_s", "pareto_ttft", "TTFT")):
         b.append(("img", name, f"Cost vs p95 {label} target"))
         part = result.pareto[result.pareto["metric"] == metric] if not result.pareto.empty else result.pareto
