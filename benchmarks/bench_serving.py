@@ -71,9 +71,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1_000_000)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None, help="threads of the second timing (default: PLANNER_THREADS "
-                    "or the CPUs, at most planner.serving.parallel.MAX_DEFAULT_THREADS)")
-    ap.add_argument("--capacity-n", type=int, default=100_000, help="configurations of the capacity-at-SLO timing")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of the second timing (default: PLANNER_THREADS or the CPUs, at most "
+                         "planner.serving.parallel.MAX_DEFAULT_THREADS)")
+    ap.add_argument("--capacity-n", type=int, default=100_000,
+                    help="configurations of the capacity-at-SLO timing")
     args = ap.parse_args()
     threads = args.threads or thread_count()
     cat = load_catalog()

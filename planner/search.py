@@ -184,7 +184,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     kv_cap_ok = np.ones(n_ok, dtype=bool)
     warrays = {}
     for w in workloads:
-        warr = arrays if w is first else workload_arrays(problem, ok, w)
+        warr = arrays if w is first else _with_lengths(arrays, w)
         warrays[w.name] = warr
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
         full = memory.max_concurrency(warr, params, w.prompt.mean + w.output.mean)
@@ -229,6 +229,15 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
     return frame, params, n_ok
+
+
+def _with_lengths(arrays: ConfigArrays, workload) -> ConfigArrays:
+    """``arrays`` (of :func:`workload_arrays`' rows, another workload's lengths) at
+    ``workload``'s mean lengths: what :func:`workload_arrays` returns, without looking the
+    rows' catalog entries up again (the context as config_arrays makes it, p + o/2)."""
+    n = np.shape(arrays.prompt_tokens)
+    prompt, output = np.full(n, float(workload.prompt.mean)), np.full(n, float(workload.output.mean))
+    return arrays.replace(prompt_tokens=prompt, output_tokens=output, context_tokens=prompt + output / 2.0)
 
 
 def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArrays:

@@ -211,3 +211,29 @@ def test_bisection_reports_the_state_at_its_occupancy(catalog):
         rate = np.nan_to_num(np.where(got["occupancy"] > 0, direct["rate_per_s"], 0.0))
         assert got["max_rate_per_s"].tobytes() == rate.tobytes()
     assert (got["occupancy"] == 0).any() and (got["occupancy"] > 0).any()
+
+
+def test_bisection_decides_with_the_tpot_p95_only_where_the_slos_may_be_met(catalog):
+    """With scalar SLOs the bisection's states skip the TPOT mixture where the loosest pair
+    is missed anyway (``within``): the same capacities, bit for bit, as per-row SLO arrays,
+    which compute every state in full."""
+    from planner.serving.queueing import capacities_at_slos, state_at_occupancy
+
+    c, p = _mixed_rows(catalog)
+    n = c.tp.size
+    pairs = [(1.0, 0.05), (0.3, 0.012)]
+    fast = capacities_at_slos(c, p, TRAFFIC, pairs)
+    full = capacities_at_slos(c, p, TRAFFIC, [(np.full(n, a), np.full(n, b)) for a, b in pairs])
+    for got, ref in zip(fast, full):
+        for key in ref:
+            assert got[key].tobytes() == ref[key].tobytes(), key
+    occupancy = np.full(n, 20.0)
+    plain = state_at_occupancy(c, p, TRAFFIC, occupancy)
+    decided = state_at_occupancy(c, p, TRAFFIC, occupancy, within=(0.3, 0.012))
+    skipped = np.isinf(decided["tpot_p95_s"]) & np.isfinite(plain["tpot_p95_s"])
+    assert skipped.any() and not skipped.all()
+    kept = ~np.isinf(decided["tpot_p95_s"])
+    assert decided["tpot_p95_s"][kept].tobytes() == plain["tpot_p95_s"][kept].tobytes()
+    assert decided["ttft_p95_s"].tobytes() == plain["ttft_p95_s"].tobytes()
+    met = (plain["ttft_p95_s"] <= 0.3) & (plain["tpot_p95_s"] <= 0.012) & plain["stable"]
+    assert not (met & skipped).any()          # no row that meets the SLOs lost its p95

@@ -179,6 +179,26 @@ def test_thread_count_from_the_environment(monkeypatch):
     assert row_ranges(3, 8, 4) == [slice(0, 3)]
 
 
+def test_threads_keep_the_callers_error_handling_and_raise_its_errors():
+    import threading
+    import time
+
+    from planner.serving.parallel import map_in_threads
+
+    def probe(item):
+        time.sleep(0.02)                    # one item per thread
+        if item == "bad":
+            raise ValueError("bad item")
+        return np.geterr()["divide"], threading.get_ident()
+
+    with np.errstate(divide="raise"):       # numpy's error state is per thread: carried over
+        got = map_in_threads(probe, [0, 1, 2], 3)
+    assert {g[0] for g in got} == {"raise"} and len({g[1] for g in got}) > 1
+    with pytest.raises(ValueError, match="bad item"):
+        map_in_threads(probe, [0, "bad", 2], 3)
+    assert map_in_threads(lambda x: x * x, [1, 2, 3, 4, 5], 2) == [1, 4, 9, 16, 25]
+
+
 def test_step_model_shared_terms_and_kept_prefill_terms_give_the_same_times(catalog):
     """StepModel.time with precomputed decode terms, and a second call that reuses the kept
     prefill term, return exactly the plain call's times."""

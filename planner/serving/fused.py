@@ -23,6 +23,7 @@ import numpy as np
 from planner.serving.arrays import LINK_FAST, ConfigArrays, scaled
 from planner.serving.parallel import run_in_threads
 from planner.serving.params import ServingParams
+from planner.serving.roofline import saturation_tokens
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 #: Labels of the decode bound, indexed by ``memory_bound`` (a take is 2-3x faster than where).
@@ -93,24 +94,10 @@ def _few(mask, n: int) -> np.ndarray | None:
     return rows if rows.size else None
 
 
-#: Below this value of tokens x ln(1 - k/E), (1 - k/E)^tokens < 2^-60 and the expert read
-#: fraction 1 - (1 - k/E)^tokens rounds to exactly 1.0 in float64 (any result below 2^-54
-#: does): the power need not be taken (issue 19; it is the costliest operation of the pass).
-SATURATED_LOG_MISS = -60.0 * np.log(2.0)
-
-
-def _saturation_tokens(miss) -> np.ndarray:
-    """Token counts above which 1 - miss^tokens is exactly 1.0 (:data:`SATURATED_LOG_MISS`
-    / ln miss; +inf-like where miss = 1): one comparison per row and token count then
-    decides, instead of a product and a comparison (the rounding of the quotient moves the
-    bound by an ulp, far inside the 2^-60 .. 2^-54 margin)."""
-    return SATURATED_LOG_MISS / np.minimum(np.log(miss), -np.finfo(float).tiny)
-
-
 def _expert_fraction(miss, saturated, tokens, known=None) -> np.ndarray:
     """1 - miss^tokens on MoE rows (roofline.expert_read_fraction), the power taken only
-    where the result is not exactly 1.0 (``tokens > saturated``, :func:`_saturation_tokens`)
-    and, with ``known = (tokens0, fraction0)``, only where the token counts differ from
+    where the result is not exactly 1.0 (``tokens > saturated``,
+    :func:`planner.serving.roofline.saturation_tokens`) and, with ``known = (tokens0, fraction0)``, only where the token counts differ from
     ``tokens0`` (elsewhere ``fraction0`` is reused)."""
     m = miss.size
     tokens = _broadcast(tokens, m)
@@ -178,7 +165,7 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     else:
         experts = _at(c["num_experts"], moe)
         miss = _broadcast(1.0 - _at(c["experts_per_token"], moe) / np.maximum(experts, 1), moe.size)
-        saturated = _saturation_tokens(miss)
+        saturated = saturation_tokens(miss)
         stage_tokens = _at(per_stage, moe)
         stage_fraction = _expert_fraction(miss, saturated, stage_tokens)
         out["expert_read_fraction"][moe] = stage_fraction

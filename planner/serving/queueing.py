@@ -37,8 +37,8 @@ from planner.serving.memory import max_concurrency
 from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
-from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401 (re-exported)
-                                   exponential_tail_quantile, mixture_p95_offset)
+from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401
+                                   exponential_tail_quantile, mixture_p95_offset)      # (re-exported)
 
 #: Correlation of the residual step and the queue waits ahead of a new request.
 QUEUE_CORRELATION = 0.5
@@ -111,12 +111,16 @@ def step_model(c: ConfigArrays, p: ServingParams, t: TrafficArrays) -> StepModel
 
 
 def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
-                       steps: StepModel | None = None, slots=None) -> dict:
+                       steps: StepModel | None = None, slots=None, within: tuple | None = None) -> dict:
     """Rate, mean and p95 latencies of a replica whose mean decode occupancy is ``n``.
 
     ``c.batch`` is the max batch B; ``c.context_tokens`` the mean decode context.
     ``steps``: :func:`step_model` of ``c``, ``p``, ``t`` and ``slots``: ``_n_max(c, p)``,
     when the caller already has them (a bisection calls this many times).
+    ``within = (ttft_slo_s, tpot_slo_s)``, scalars: the TPOT p95 (its normal mixture, the
+    costliest part) only on the rows that may meet both (stable, TTFT p95 and mean TPOT
+    within them; the p95 is at least the mean); +inf elsewhere, where no SLO pair at most
+    as loose is met either way (a bisection's decisions).
     Returns arrays: rate_per_s, tpot_mean_s, tpot_p95_s, ttft_p95_s, stable (bool).
     """
     n = np.asarray(n, dtype=float)
@@ -166,8 +170,6 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
         arrivals, slope2 = rate * tau * burst2, slope ** 2   # (computed once: the same products)
         common = arrivals * (extra * slope + slope2 * out_m1 / 4.0) + slope2 * n / 3.0
         per_inv = arrivals * extra2
-        sds = [np.sqrt(common + per_inv * inv) for inv in t.output_strata_inv]
-        tpot_p95 = tau + mixture_p95_offset(sds)
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
     slots = _n_max(c, p) if slots is None else slots
@@ -198,9 +200,27 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
                                                        + np.maximum(service_p95 - service, 0.0) ** 2)
         ttft_p95 = ttft_p95 + p.request_overhead_s  # server, tokenizer, streaming (calibrated)
     stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
+    # (not "> bound" rather than "<= bound": NaN rows get their p95 computed, as without ``within``)
+    may_meet = None if within is None else stable & ~(ttft_p95 > within[0]) & ~(tau > within[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot_p95 = _tpot_p95(tau, common, per_inv, t.output_strata_inv, may_meet)
     inf = np.inf
     return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": np.where(stable, tpot_p95, inf),
             "ttft_p95_s": np.where(stable, ttft_p95, inf), "stable": stable, "occupancy": n}
+
+
+def _tpot_p95(tau, common, per_inv, inverse_lives, rows=None) -> np.ndarray:
+    """tau + the p95 offset of the mixture over the output strata of normal spreads
+    sqrt(common + per_inv E[1/(O - 1)]) (:func:`state_at_occupancy`); with a mask ``rows``,
+    on those rows only (+inf elsewhere)."""
+    if rows is None or rows.all():
+        return tau + mixture_p95_offset([np.sqrt(common + per_inv * inv) for inv in inverse_lives])
+    out = np.full(np.shape(rows), np.inf)
+    at = np.flatnonzero(rows)
+    if at.size:
+        common, per_inv = common[at], per_inv[at]
+        out[at] = tau[at] + mixture_p95_offset([np.sqrt(common + per_inv * inv) for inv in inverse_lives])
+    return out
 
 
 class _ChunkedPrefill:
@@ -251,6 +271,10 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
     return capacities_at_slos(c, p, t, [(slo_ttft_p95_s, slo_tpot_p95_s)], steps, model)[0]
 
 
+#: Share of the rows at which a second SLO pair's state (its occupancies differ from the
+#: first pair's there) is computed on every row rather than on those rows (taking ~50
+#: columns and merging costs more than the few rows more; the numbers are the same).
+FULL_STATE_SHARE = 0.9
 #: Rows per thread below which the capacity bisection does not share its rows between
 #: threads (:mod:`planner.serving.parallel`): shorter numpy calls leave the GIL-held
 #: Python between them too large a share.
@@ -277,7 +301,8 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     results = map_in_threads(lambda rows: _capacities_at_slos(
         c.take(rows), p.take(rows), t, slos, steps, None if model is None else model.take(rows), n_max[rows]),
         parts, len(parts))
-    return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]} for j in range(len(slos))]
+    return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]}
+            for j in range(len(slos))]
 
 
 def _scalar_traffic(t: TrafficArrays) -> bool:
@@ -293,22 +318,26 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
               for a, b in slos]
     shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and _scalar_traffic(t)
 
-    def state(n):
-        return state_at_occupancy(c, p, t, n, steps_model, n_max)
+    # The bisection's states decide only: their TPOT p95 where the loosest pair may be met.
+    scalar_slos = all(np.ndim(x) == 0 for pair in slos for x in pair)
+    loosest = (max(a for a, _ in slos), max(b for _, b in slos)) if shared and scalar_slos else None
 
-    def states(ns):
+    def state(n, within=None):
+        return state_at_occupancy(c, p, t, n, steps_model, n_max, within)
+
+    def states(ns, within=None):
         if not shared:
-            return [state(n) for n in ns]
-        out = [state(ns[0])]
+            return [state(n, within) for n in ns]
+        out = [state(ns[0], within)]
         for n in ns[1:]:
             differ = np.flatnonzero(~(n == ns[0]))
             if not differ.size:
                 out.append(out[0])
-            elif differ.size == n.size:
-                out.append(state(n))
+            elif differ.size >= FULL_STATE_SHARE * n.size:   # the take and merge would cost more
+                out.append(state(n, within))
             else:
                 sub = state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
-                                         steps_model.take(differ), n_max[differ])
+                                         steps_model.take(differ), n_max[differ], within)
                 merged = {key: value.copy() for key, value in out[0].items()}
                 for key, value in sub.items():
                     merged[key][differ] = value
@@ -320,7 +349,7 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
 
     los = [np.zeros(shape) for shape in shapes]
     his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
-    tops = states(his)
+    tops = states(his, loosest)
     top_ok = [ok(s, slo) for s, slo in zip(tops, slos)]
     # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
     # the bisection passes it (the last good mid; the top where it is good) instead of
@@ -329,7 +358,7 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     ever = [np.zeros(shape, dtype=bool) for shape in shapes]
     for _ in range(steps):
         mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
-        at_mids = states(mids)
+        at_mids = states(mids, loosest)
         good = [ok(s, slo) for s, slo in zip(at_mids, slos)]
         los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
         his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
@@ -339,9 +368,10 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
                     np.copyto(keep[key], s[key], where=g)
                 e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
-    finals = states(n_stars) if kept is None else _finals(kept, tops, top_ok, ever, lambda rows: state_at_occupancy(
-        c.take(rows), p.take(rows), t, np.zeros(rows.size), steps_model.take(rows), n_max[rows]))
-    trickles = states([np.full(shape, 1e-6) for shape in shapes])   # which SLO fails at a trickle
+    finals = states(n_stars) if kept is None else _finals(
+        kept, tops, top_ok, ever, lambda rows: state_at_occupancy(c.take(rows), p.take(rows), t, np.zeros(rows.size),
+                                                                  steps_model.take(rows), n_max[rows]))
+    trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest)   # which SLO fails at a trickle
     out = []
     for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
         rate = np.where(n_star > 0, final["rate_per_s"], 0.0)

@@ -33,6 +33,34 @@ def expert_read_fraction(c: ConfigArrays, tokens) -> np.ndarray:
     return np.where(moe, 1.0 - miss ** np.asarray(tokens, dtype=float), 0.0)
 
 
+#: Below this value of tokens x ln(1 - k/E), (1 - k/E)^tokens < 2^-60 and the expert read
+#: fraction 1 - (1 - k/E)^tokens rounds to exactly 1.0 in float64 (any result below 2^-54
+#: does): the power need not be taken (issue 19; it is the costliest operation of a step).
+SATURATED_LOG_MISS = -60.0 * np.log(2.0)
+
+
+def saturation_tokens(miss) -> np.ndarray:
+    """Token counts above which 1 - miss^tokens is exactly 1.0 (:data:`SATURATED_LOG_MISS`
+    / ln miss; +inf-like where miss = 1): one comparison per row and token count then
+    decides, instead of a product and a comparison (the rounding of the quotient moves the
+    bound by an ulp, far inside the 2^-60 .. 2^-54 margin)."""
+    with np.errstate(divide="ignore", over="ignore"):      # miss = 0: log -inf; miss = 1: +inf
+        return SATURATED_LOG_MISS / np.minimum(np.log(miss), -np.finfo(float).tiny)
+
+
+def missed_fraction(miss, saturated, tokens) -> np.ndarray:
+    """1 - miss^tokens, the power taken only where ``tokens`` is not above ``saturated``
+    (:func:`saturation_tokens` of ``miss``; 1.0 exactly there): the same numbers."""
+    tokens = np.asarray(tokens, dtype=float)
+    todo = ~(tokens > saturated)
+    if todo.all():
+        return 1.0 - miss ** tokens
+    out = np.ones(todo.shape)
+    if todo.any():
+        out[todo] = 1.0 - np.broadcast_to(miss, todo.shape)[todo] ** np.broadcast_to(tokens, todo.shape)[todo]
+    return out
+
+
 def weight_read_bytes(c: ConfigArrays, tokens, p: ServingParams | None = None) -> np.ndarray:
     """M_w_read(b): dense part + routed experts * expert_read_fraction(b) [bytes] (with ``p``
     and expert parallelism: the most loaded rank's fraction, docs/serving-model.md section 13)."""
@@ -189,6 +217,7 @@ class StepModel:
         self.expert_bytes = expert / nS
         with np.errstate(divide="ignore", invalid="ignore"):
             self.miss = np.where(c.num_experts > 0, 1.0 - c.experts_per_token / np.maximum(c.num_experts, 1), 1.0)
+        self.saturated = saturation_tokens(self.miss)   # above: no expert power to take (1.0)
         self.kv_bytes_per_decoder = kv_bytes_per_seq(c, ctx) * kv_fraction_per_gpu(c) / c.pp
         self.mem_s_per_byte = c.pp / (c.bandwidth_bytes_per_s * p.memory_efficiency)
         self.decode_flops = decode_flops_per_token(c, ctx, p)
@@ -243,7 +272,8 @@ class StepModel:
         """Seconds of one iteration with ``decode_batch`` decodes and ``prefill_tokens``
         prompt tokens from prompts of length ``prompt_tokens`` (default: the configured);
         ``terms``: :meth:`decode_terms` of ``decode_batch``, if already computed."""
-        n, decoders, kv_read, decode_flops, dense_mem = terms if terms is not None else self.decode_terms(decode_batch)
+        terms = terms if terms is not None else self.decode_terms(decode_batch)
+        n, decoders, kv_read, decode_flops, dense_mem = terms
         t = np.asarray(prefill_tokens, dtype=float)
         pt = self.prompt_tokens if prompt_tokens is None else np.asarray(prompt_tokens, dtype=float)
         # Speed (same numbers): the decoders' micro-batch once; a decode-only step (t = 0)
@@ -254,10 +284,11 @@ class StepModel:
         if dense_mem is not None:     # a dense model: (dense read + KV read) x s/byte, kept
             t_mem = dense_mem
         else:
-            read = self.dense_bytes + self.expert_bytes * (1.0 - self.miss ** rows) if self.has_experts \
-                else self.dense_read
+            if self.has_experts or self.layout is not None:
+                fraction = missed_fraction(self.miss, self.saturated, rows)
+            read = self.dense_bytes + self.expert_bytes * fraction if self.has_experts else self.dense_read
             if self.layout is not None:   # issue 14: the most loaded EP rank's experts (moe.py)
-                read = self.dense_bytes + self.expert_bytes * moe.loaded_expert_fraction(*self.layout, 1.0 - self.miss ** rows)
+                read = self.dense_bytes + self.expert_bytes * moe.loaded_expert_fraction(*self.layout, fraction)
             read = read + kv_read
             t_mem = read * self.mem_s_per_byte
         flops = decode_flops
