@@ -89,7 +89,7 @@ def render_section(out: dict, quick: bool) -> str:
         "The whole-catalog rows may pick lower-precision weights (INT8, FP8, INT4) whose accuracy loss the "
         "planner does not model; the same-precision rows are the like-for-like ones.",
         "- Timing: wall time of the whole process (Python start, imports, search, output), "
-        f"median of {env['reps']} runs, the two tools interleaved, after one untimed warm-up run of each. "
+        f"median of {env['reps']} runs, the two tools interleaved, after one untimed warm-up run of each; the planner's bytecode compiled first (`compileall`), as pip compiles aiconfigurator's. "
         "`planner solve ... --json --no-pareto` (no Pareto sweep: aiconfigurator's `default` has none either).",
         "- Prices: the planner catalog's default on-demand USD/GPU-hour for both tools ("
         + ", ".join(f"{g} ${prices[g]:.2f}" for g in ("h100-sxm", "h200-sxm") if g in prices)

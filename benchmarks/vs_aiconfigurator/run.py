@@ -184,7 +184,11 @@ def main() -> int:
     prices = _default_prices(planner_bin)
     priced = sorted(prices)
 
-    # Warm-up (not timed): first start of each tool compiles bytecode and fills disk caches.
+    # Warm-up (not timed): first start of each tool fills disk caches. aiconfigurator comes
+    # from pip with its bytecode compiled; the planner is an editable install, whose bytecode
+    # a first start writes only where PYTHONDONTWRITEBYTECODE is unset (it is set on some
+    # machines, and then every run would recompile planner/): compile it here, as pip does.
+    subprocess.run([args.project_python, "-m", "compileall", "-q", str(ROOT / "planner")], check=True)
     if aic_ok and scen:
         log("warm-up: aiconfigurator")
         timed(aic_command(aic_bin, scen[0], WORK / "aic" / "warmup"))
