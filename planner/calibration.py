@@ -42,10 +42,6 @@ MAX_MEMORY_EFFICIENCY = 0.92
 MAX_COMPUTE_EFFICIENCY = 0.85
 #: Range of every software factor (engine, release, math, model): multiplicative, prior 1.
 FACTOR_BOUNDS = (0.5, 2.0)
-#: Range of the per-model step-overhead factor: the fixed work of one engine step (kernel
-#: launches, MoE routing and dispatch, sampling) differs more between a 32-layer dense model
-#: and a 61-layer MLA + 256-expert model than kernel efficiencies do.
-STEP_FACTOR_BOUNDS = (0.25, 4.0)
 #: Range of the per-layer step cost (engine and model levels, seconds per transformer layer
 #: per engine step): the fixed work a layer adds to every step outside its roofline terms
 #: (kernel launches, MoE routing and expert dispatch kernels, norms). 100 us per layer is
@@ -141,9 +137,6 @@ MODEL_PARAMETERS: dict[str, ParamSpec] = {
     "prefill_factor": ParamSpec(*FACTOR_BOUNDS, log=True, step=0.2, neutral=1.0, min_other=1,
                                 description="multiplies the prefill compute factor (the model's prefill "
                                             "path: MoE grouped GEMMs and routing, MLA attention)"),
-    "step_overhead_factor": ParamSpec(*STEP_FACTOR_BOUNDS, log=True, step=0.3, neutral=1.0,
-                                      description="multiplies the engine's step overhead (kernels and "
-                                                  "launches per step grow with depth, MoE routing, MLA)"),
     "layer_overhead_s": ParamSpec(0.0, MAX_LAYER_OVERHEAD_S, scale=1e-5, step=1.0, neutral=0.0,
                                   description="the model's own fixed time per layer per step, added to the "
                                               "engine's (MoE routing and dispatch kernels, MLA)"),
@@ -159,15 +152,21 @@ CAMPAIGN_PARAMETERS: dict[str, ParamSpec] = {
     "request_overhead_s": replace(ENGINE_PARAMETERS["request_overhead_s"], min_other=1),
     "first_wave_weight": replace(ENGINE_PARAMETERS["first_wave_weight"], min_other=1),
 }
-#: The engine's build for one GPU vendor's software stack (``<engine>:<vendor>``, e.g.
-#: ``sglang:amd``: the ROCm build with its own kernel library and graph launches, against
-#: ``sglang:nvidia``): an extra fixed cost per layer per step on top of the engine's, >= 0,
-#: prior 0, groups of two GPUs (so that it separates from the GPUs' own values). Software,
-#: so a GPU held out of the fit keeps its platform's value.
+#: The engine's build for one GPU architecture (``<engine>:<architecture>``, e.g.
+#: ``sglang:gfx942``: SGLang's ROCm build with the MoE kernels its libraries compile and tune
+#: per target -- aiter's fused MoE for gfx942 -- against ``sglang:gfx950`` or
+#: ``sglang:sm_90``): a fixed cost per MoE layer per step (routing top-k, token permutation,
+#: the grouped-GEMM and dispatch launches), >= 0, prior 0; dense models have no MoE layer, so
+#: it never touches them. Groups need one GPU (``min_other=1``): the cost is fixed per step
+#: and layer, so it separates from the GPU's bandwidth and compute fractions by how the step
+#: time scales with the batch, and from its all-reduce latency (bounded) by TP. A catalog GPU
+#: of a measured architecture gets it (GB300 that of B300's sm_103 build); a GPU of an
+#: unmeasured architecture (or held out, alone of its architecture) gets 0 here and the
+#: engine's and model's per-layer costs (docs/accuracy.md, "Cross-validation").
 PLATFORM_PARAMETERS: dict[str, ParamSpec] = {
-    "layer_overhead_s": ParamSpec(0.0, MAX_LAYER_OVERHEAD_S, scale=1e-5, step=1.0, neutral=0.0,
-                                  description="the platform's extra fixed time per layer per step, added to "
-                                              "the engine's"),
+    "moe_layer_overhead_s": ParamSpec(0.0, MAX_LAYER_OVERHEAD_S, scale=1e-5, step=1.0, neutral=0.0, min_other=1,
+                                      description="the engine build's fixed time per MoE layer per step "
+                                                  "(routing and dispatch kernels), x the model's MoE layers"),
 }
 LEVEL_PARAMETERS = {"gpu": GPU_PARAMETERS, "engine": ENGINE_PARAMETERS, "release": ENGINE_PARAMETERS,
                     "platform": PLATFORM_PARAMETERS, "campaign": CAMPAIGN_PARAMETERS, "math": MATH_PARAMETERS,
@@ -185,10 +184,8 @@ def compose(base: ServingParams, values: dict):
     at the hardware bounds :data:`MAX_MEMORY_EFFICIENCY` and :data:`MAX_COMPUTE_EFFICIENCY`;
     the prefill factor is the engine's times the model's, clipped so that the prefill
     efficiency (compute efficiency * prefill factor) stays within the compute bound too;
-    the step overhead is the engine's times the model's step-overhead factor, plus the
-    per-layer cost (the engine's plus the platform's plus the model's) times the row's layers (``row.layers``;
-    absent: no per-layer cost); the request overhead is the campaign's (accuracy rows only)
-    or the engine's.
+    the step overhead is the engine's plus the per-layer costs (:func:`layer_cost_s`); the
+    request overhead is the campaign's (accuracy rows only) or the engine's.
     """
     f = np.asarray(values.get("model.efficiency_factor", 1.0))
     compute = np.minimum(values["gpu.compute_efficiency"] * f
@@ -202,8 +199,7 @@ def compose(base: ServingParams, values: dict):
                                         MAX_MEMORY_EFFICIENCY),
         "compute_efficiency": compute,
         "allreduce_latency_nvlink_s": values["gpu.allreduce_latency_nvlink_s"],
-        "step_overhead_s": np.asarray(values["engine.step_overhead_s"], dtype=float)
-        * np.asarray(values.get("model.step_overhead_factor", 1.0), dtype=float) + layer_cost_s(values),
+        "step_overhead_s": np.asarray(values["engine.step_overhead_s"], dtype=float) + layer_cost_s(values),
         "prefill_compute_factor": np.minimum(prefill, MAX_COMPUTE_EFFICIENCY / compute),
         "request_overhead_s": _campaign_or(values, "request_overhead_s"),
     }
@@ -211,21 +207,27 @@ def compose(base: ServingParams, values: dict):
     return base.with_overrides(**{k: np.asarray(v, dtype=float) for k, v in serving.items()}), harness
 
 
-def platform_keys(engines, vendors) -> np.ndarray:
-    """``<engine>:<vendor>`` per row (an engine release counts as its engine; None: no engine)."""
+def platform_keys(engines, architectures) -> np.ndarray:
+    """``<engine>:<architecture>`` per row (an engine release counts as its engine; None: no engine)."""
     e, v = (a.reshape(-1) for a in np.broadcast_arrays(np.asarray(engines, dtype=object),
-                                                        np.asarray(vendors, dtype=object)))
+                                                        np.asarray(architectures, dtype=object)))
     return np.array([None if pd.isna(k) else f"{str(k).split('@')[0]}:{w}" for k, w in zip(e, v)], dtype=object)
 
 
 def layer_cost_s(values: dict):
-    """Per-layer step cost x layers of each row (0 without ``row.layers`` or a layer cost)."""
-    layers = values.get("row.layers")
-    if layers is None:
-        return 0.0
-    per_layer = sum(np.asarray(values.get(f"{level}.layer_overhead_s", 0.0), dtype=float)
-                    for level in ("engine", "platform", "model"))
-    return np.asarray(layers, dtype=float) * per_layer
+    """The per-layer part of a step's fixed time per row: layers x (engine + model
+    ``layer_overhead_s``) + MoE layers x the platform's ``moe_layer_overhead_s`` (0 without
+    ``row.layers`` / ``row.moe_layers``)."""
+    out = 0.0
+    layers, moe_layers = values.get("row.layers"), values.get("row.moe_layers")
+    if layers is not None:
+        per_layer = sum(np.asarray(values.get(f"{level}.layer_overhead_s", 0.0), dtype=float)
+                        for level in ("engine", "model"))
+        out = np.asarray(layers, dtype=float) * per_layer
+    if moe_layers is not None:
+        out = out + np.asarray(moe_layers, dtype=float) * np.asarray(
+            values.get("platform.moe_layer_overhead_s", 0.0), dtype=float)
+    return out
 
 
 def _campaign_or(values: dict, name: str):
@@ -250,7 +252,7 @@ class Calibration:
     releases: dict = field(default_factory=dict)
     maths: dict = field(default_factory=dict)
     models: dict = field(default_factory=dict)
-    #: Engine builds per GPU vendor (``sglang:amd``; :data:`PLATFORM_PARAMETERS`).
+    #: Engine builds per GPU architecture (``sglang:gfx942``; :data:`PLATFORM_PARAMETERS`).
     platforms: dict = field(default_factory=dict)
     #: Benchmark campaigns' harness values (:data:`CAMPAIGN_PARAMETERS`; accuracy only).
     campaigns: dict = field(default_factory=dict)
@@ -304,7 +306,7 @@ class Calibration:
         return out
 
     def params_for(self, base: ServingParams, gpu_ids, engine=None, fallback: str = "prior",
-                   model_ids=None, math_modes=None, campaigns=None, layers=None, vendors=None) -> ServingParams:
+                   model_ids=None, math_modes=None, campaigns=None, layers=None, moe_layers=None, architectures=None) -> ServingParams:
         """``base`` with the calibrated fields replaced by arrays aligned with ``gpu_ids``.
 
         Parameters
@@ -330,14 +332,15 @@ class Calibration:
         campaigns : array-like of str, optional
             Benchmark campaign per row (accuracy against measurements only): its harness
             values (request overhead) where the calibration has them.
-        layers : array-like of float, optional
-            Transformer layers of each row's model (``ModelSpec.num_layers``): the per-layer
-            step cost (engine ``layer_overhead_s`` plus the model's) times these joins the step
-            overhead. Without them no per-layer cost applies (every planner and accuracy path
-            passes them: :func:`planner.parameters.for_configs`, :func:`planner.accuracy.predict_calibrated`).
-        vendors : array-like of str, optional
-            GPU vendor per row (``GpuSpec.vendor``): with ``layers``, the engine build's
-            (:func:`platform_keys`) extra per-layer cost applies too.
+        layers, moe_layers : array-like of float, optional
+            Transformer layers and MoE layers of each row's model
+            (:func:`planner.parameters.catalog_keys`): the per-layer step costs times these
+            join the step overhead (:func:`layer_cost_s`). Without them no per-layer cost
+            applies (every planner and accuracy path passes them:
+            :func:`planner.parameters.for_configs`, :func:`planner.accuracy.predict_calibrated`).
+        architectures : array-like of str, optional
+            GPU architecture per row (``GpuSpec.architecture``, else its vendor): selects the
+            engine build's (:func:`platform_keys`) per-MoE-layer cost.
 
         Returns
         -------
@@ -358,10 +361,11 @@ class Calibration:
             values.update(self.level_values("math", math_modes))
         if campaigns is not None:
             values.update(self.level_values("campaign", campaigns))
-        if layers is not None:
-            values["row.layers"] = np.broadcast_to(np.asarray(layers, dtype=float).reshape(-1), gpus.shape)
-        if vendors is not None:
-            values.update(self.level_values("platform", platform_keys(engines, vendors)))
+        for name, per_row in (("row.layers", layers), ("row.moe_layers", moe_layers)):
+            if per_row is not None:
+                values[name] = np.broadcast_to(np.asarray(per_row, dtype=float).reshape(-1), gpus.shape)
+        if architectures is not None:
+            values.update(self.level_values("platform", platform_keys(engines, architectures)))
         params, _ = compose(base, values)
         if fallback == "base":
             own = np.isin(gpus.astype(str), list(self.gpus))
@@ -403,8 +407,8 @@ class Calibration:
             "lookup": "hardware per GPU (a GPU without values borrows those of the nearest measured GPU of "
                       "its vendor and memory technology, else the seed defaults: 'uncalibrated'), software "
                       "per engine release -> engine -> the global fit; math and model adjustments when "
-                      "math modes and model ids are given; a per-layer step cost (engine + engine build per "
-                      "GPU vendor + model) x the model's layers; composed efficiencies clipped at "
+                      "math modes and model ids are given; a per-layer step cost (engine + model) x the model's "
+                      "layers plus the engine build's (per GPU architecture) x its MoE layers; composed efficiencies clipped at "
                       f"{MAX_MEMORY_EFFICIENCY} (memory) and {MAX_COMPUTE_EFFICIENCY} (compute)",
             "source": self.provenance.get("source", {}),
             "fitted": self.provenance.get("fitted", {}),

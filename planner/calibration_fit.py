@@ -15,7 +15,7 @@ from planner.accuracy import (Harness, add_families, engine_keys, predict_calibr
                               row_columns)
 from planner.calibration import (DEFAULT_PARAMETERS, GPU_PARAMETERS, LEVEL_PARAMETERS, LEVELS, OPTIONAL_DEFAULTS,
                                  Calibration, compose, platform_keys)
-from planner.parameters import gpu_vendors
+from planner.parameters import gpu_architectures
 from planner.serving.params import ServingParams
 
 log = logging.getLogger(__name__)
@@ -247,8 +247,9 @@ class _Fit:
     value: np.ndarray
     families: np.ndarray
     keys_of: dict
-    #: Transformer layers of each row's model (the per-layer step cost's multiplier).
+    #: Transformer layers and MoE layers of each row's model (the per-layer step costs' multipliers).
     layers: np.ndarray
+    moe_layers: np.ndarray
     release_of_campaign: dict
     default: dict
     tables: dict
@@ -262,13 +263,14 @@ class _Fit:
         for col in ("release", "campaign"):
             if col not in rows:
                 rows[col] = np.nan
-        rows["platform"] = platform_keys(rows["engine"].to_numpy(), gpu_vendors(catalog, rows["gpu"].to_numpy()))
+        rows["platform"] = platform_keys(rows["engine"].to_numpy(), gpu_architectures(catalog, rows["gpu"].to_numpy()))
         keys_of = {level: rows[level].to_numpy() for level in ("gpu", "engine", "release", "platform", "campaign",
                                                                "math", "model")}
         layers = np.broadcast_to(np.asarray(arrays.n_layers, dtype=float), (len(rows),)).copy()
+        moe_layers = np.where(np.broadcast_to(np.asarray(arrays.num_experts), layers.shape) > 0, layers, 0.0)
         return cls(catalog=catalog, base=base, options=options, rows=rows, arrays=arrays,
                    value=rows["value"].to_numpy(float), families=rows["family"].to_numpy(), keys_of=keys_of,
-                   layers=layers,
+                   layers=layers, moe_layers=moe_layers,
                    release_of_campaign=dict(zip(keys_of["campaign"], engine_keys(rows))), default=default,
                    tables={level: {} for level in LEVELS})
 
@@ -285,7 +287,7 @@ class _Fit:
         values.update(cal.level_values("engine", engine_keys(self.rows)))
         for level in ("math", "model", "campaign", "platform"):
             values.update(cal.level_values(level, self.keys_of[level]))
-        values["row.layers"] = self.layers
+        values["row.layers"], values["row.moe_layers"] = self.layers, self.moe_layers
         return values
 
     def subset(self, index) -> tuple:
@@ -451,7 +453,7 @@ def with_stats(cal: Calibration, catalog, rows: pd.DataFrame, base: ServingParam
     frame = pd.DataFrame({"gpu": rows["gpu"].to_numpy(), "engine": rows["engine"].to_numpy(),
                           "release": engine_keys(rows), "math": rows["math"].to_numpy(),
                           "model": rows["model"].to_numpy(),
-                          "platform": platform_keys(rows["engine"].to_numpy(), gpu_vendors(catalog, rows["gpu"].to_numpy())),
+                          "platform": platform_keys(rows["engine"].to_numpy(), gpu_architectures(catalog, rows["gpu"].to_numpy())),
                           "campaign": rows["campaign"].to_numpy() if "campaign" in rows else np.nan,
                           "family": rows["family"].to_numpy(),
                           "ape": np.abs(pred - measured) / measured * 100.0})

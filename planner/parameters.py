@@ -39,12 +39,12 @@ def load(spec: str | None):
 
 
 def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: str | None = None,
-            model_ids=None, math_modes=None, layers=None, vendors=None) -> ServingParams:
+            model_ids=None, math_modes=None, layers=None, moe_layers=None, architectures=None) -> ServingParams:
     """Parameters per configuration row (arrays aligned with ``gpu_ids`` when calibrated).
 
     ``model_ids`` and ``math_modes`` (:meth:`planner.catalog.Catalog.math_modes`) per row
     select the calibration's per-model and per-math adjustments; ``layers`` (the models'
-    layer counts per row) and ``vendors`` (the GPUs') its per-layer step costs
+    layer and MoE-layer counts per row) and ``architectures`` (the GPUs') its per-layer step costs
     (:func:`catalog_keys`).
     """
     params = ServingParams()
@@ -54,7 +54,7 @@ def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: st
 
         params = calibration.params_for(params, np.asarray(gpu_ids, dtype=object), engine=engine,
                                         model_ids=per_row(model_ids), math_modes=per_row(math_modes),
-                                        layers=layers, vendors=vendors)
+                                        layers=layers, moe_layers=moe_layers, architectures=architectures)
     return params.with_overrides(**(overrides or {}))
 
 
@@ -69,21 +69,27 @@ def for_configs(catalog, calibration, overrides: dict | None, engine: str | None
 
 
 def catalog_keys(catalog, gpu_ids, model_ids) -> dict:
-    """``layers`` and ``vendors`` per row, the catalog facts the calibration's per-layer step
-    costs need (``Calibration.params_for``)."""
-    return {"layers": model_layers(catalog, model_ids), "vendors": gpu_vendors(catalog, gpu_ids)}
+    """``layers``, ``moe_layers`` and ``architectures`` per row, the catalog facts the
+    calibration's per-layer step costs need (``Calibration.params_for``)."""
+    return {"layers": model_layers(catalog, model_ids), "moe_layers": model_layers(catalog, model_ids, moe=True),
+            "architectures": gpu_architectures(catalog, gpu_ids)}
 
 
-def model_layers(catalog, model_ids) -> np.ndarray:
-    """Transformer layers of each model id (the calibration's per-layer step cost multiplies them)."""
+def model_layers(catalog, model_ids, moe: bool = False) -> np.ndarray:
+    """Transformer layers of each model id (the calibration's per-layer step cost multiplies
+    them); ``moe``: its MoE layers (every layer of a model with routed experts, 0 for a dense
+    model: the catalog has no per-layer layout, so DeepSeek's three dense layers count too)."""
     ids = pd.Series(np.asarray(model_ids, dtype=object).reshape(-1))
-    return ids.map({m: float(catalog.model(m).num_layers) for m in ids.unique()}).to_numpy(float)
+    layers = {m: float(catalog.model(m).num_layers) * (not moe or catalog.model(m).num_experts > 0)
+              for m in ids.unique()}
+    return ids.map(layers).to_numpy(float)
 
 
-def gpu_vendors(catalog, gpu_ids) -> np.ndarray:
-    """Vendor of each GPU id (the calibration's platform level: the engine's build per vendor)."""
+def gpu_architectures(catalog, gpu_ids) -> np.ndarray:
+    """Compute architecture of each GPU id (``GpuSpec.architecture``, else its vendor): the
+    calibration's platform level, the engine's build per architecture."""
     ids = pd.Series(np.asarray(gpu_ids, dtype=object).reshape(-1))
-    return ids.map({g: catalog.gpu(g).vendor for g in ids.unique()}).to_numpy(object)
+    return ids.map({g: catalog.gpu(g).architecture or catalog.gpu(g).vendor for g in ids.unique()}).to_numpy(object)
 
 
 def concat(parts: list[ServingParams], sizes: list[int]) -> ServingParams:

@@ -163,13 +163,12 @@ def test_prefill_factor_groups_need_one_gpu_efficiency_factor_two(catalog, sampl
     options = F.FitOptions(iterations=2, rounds=1, min_rows=1, levels=("model",))
     batches = F.parameter_batches("model", rows, options)
     assert [(keys, sorted(specs)) for keys, specs in batches] == [
-        ([many[0]], ["efficiency_factor", "layer_overhead_s", "step_overhead_factor"]),
+        ([many[0]], ["efficiency_factor", "layer_overhead_s"]),
         (sorted([one[0], many[0]]), ["prefill_factor"])]
     assert F.eligible_groups(rows, "model", options) == [many[0]]  # the fit's own rule: 2 GPUs
     cal = F.fit_calibration(catalog, rows, options=options)
     assert set(cal.models[one[0]]) == {"prefill_factor"}
-    assert set(cal.models[many[0]]) == {"efficiency_factor", "layer_overhead_s", "prefill_factor",
-                                        "step_overhead_factor"}
+    assert set(cal.models[many[0]]) == {"efficiency_factor", "layer_overhead_s", "prefill_factor"}
     # the missing factor is neutral where the calibration is applied
     p = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[one[0]])
     plain = cal.params_for(ServingParams(), ["h100-sxm"], engine="vllm")

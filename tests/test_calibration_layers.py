@@ -1,6 +1,8 @@
 """The per-layer step cost (software level) and the all-reduce latency bound (the link's
 published small-message latency) of the calibration structure (issue 13, done-when 5)."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -28,20 +30,22 @@ def test_layer_cost_adds_layers_times_engine_plus_model_cost(catalog):
     shipped = C.load_calibration("default")
     model = "llama-3.1-70b"
     layers = catalog.model(model).num_layers
+    zero = _with_layer_costs(shipped, 0.0, model, 0.0)
     cal = _with_layer_costs(shipped, 20e-6, model, 5e-6)
     base = ServingParams()
-    without = shipped.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[model], layers=[layers])
+    without = zero.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[model], layers=[layers])
     withc = cal.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[model], layers=[layers])
     step = np.asarray(withc.step_overhead_s)[0] - np.asarray(without.step_overhead_s)[0]
     assert step == pytest.approx(layers * 25e-6, rel=1e-12)  # 80 layers x (20 + 5) us = 2.0 ms
     assert layers * 25e-6 == pytest.approx(2.0e-3)
+    assert np.asarray(without.step_overhead_s)[0] == zero.engines["vllm"]["step_overhead_s"]
     # no layers given: no per-layer cost; another model: the engine's cost alone
     plain = cal.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[model])
     assert np.asarray(plain.step_overhead_s)[0] == np.asarray(without.step_overhead_s)[0]
     other = "llama-3.1-8b"
     n8 = catalog.model(other).num_layers
     a = cal.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[other], layers=[n8])
-    b = shipped.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[other], layers=[n8])
+    b = zero.params_for(base, ["h100-sxm"], engine="vllm", model_ids=[other], layers=[n8])
     assert np.asarray(a.step_overhead_s)[0] - np.asarray(b.step_overhead_s)[0] == pytest.approx(n8 * 20e-6)
     # every command resolves it the same way: parameters.for_configs reads the layers from the catalog
     p = parameters.for_configs(catalog, cal, None, "vllm", ["h100-sxm"], ["bf16"], [model])
@@ -49,7 +53,7 @@ def test_layer_cost_adds_layers_times_engine_plus_model_cost(catalog):
 
 
 def test_layer_cost_slows_decode_of_deeper_models_only_through_the_step(catalog):
-    """More per-layer cost never speeds a step up; at zero it leaves every value unchanged."""
+    """More per-layer cost never speeds a step up; at zero it leaves every other value unchanged."""
     shipped = C.load_calibration("default")
     model = "llama-3.1-70b"
     layers = [catalog.model(model).num_layers]
@@ -57,11 +61,11 @@ def test_layer_cost_slows_decode_of_deeper_models_only_through_the_step(catalog)
         ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[model], layers=layers).step_overhead_s)[0]
         for c in (0.0, 1e-5, 3e-5)]
     assert steps[0] < steps[1] < steps[2]
-    zero = _with_layer_costs(shipped, 0.0, model, 0.0).params_for(ServingParams(), ["h100-sxm"], engine="vllm",
-                                                                    model_ids=[model], layers=layers)
-    ref = shipped.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[model])
+    zero = _with_layer_costs(shipped, 0.0, model, 0.0)
+    a = zero.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[model], layers=layers)
+    b = zero.params_for(ServingParams(), ["h100-sxm"], engine="vllm", model_ids=[model])
     for name in shipped.parameters:
-        assert np.asarray(getattr(zero, name))[0] == np.asarray(getattr(ref, name))[0]
+        assert np.asarray(getattr(a, name))[0] == np.asarray(getattr(b, name))[0]
 
 
 def test_a_file_without_the_layer_cost_loads_with_zero(tmp_path):
@@ -117,22 +121,41 @@ def test_pattern_search_honours_per_group_upper_bounds():
     assert u[1, 0] == pytest.approx(8.0, abs=0.01)
 
 
-def test_platform_layer_cost_applies_to_its_engine_and_vendor_only(catalog):
-    """``sglang:amd`` (the engine's ROCm build) adds its per-layer cost to SGLang rows on AMD
-    GPUs, releases included, and to nothing else; every command passes the vendors."""
+def test_platform_moe_layer_cost_applies_to_its_engine_and_architecture_only(catalog):
+    """``sglang:gfx942`` (SGLang's build for CDNA 3) adds its per-MoE-layer cost to SGLang rows
+    of an MoE model on MI300X and MI325X, releases included, and to nothing else (not MI355X,
+    gfx950; not a dense model); every command passes the layers and architectures."""
     shipped = C.load_calibration("default")
     cal = C.Calibration(default=dict(shipped.default), gpus=shipped.gpus, engines=shipped.engines,
                         releases=shipped.releases, maths=shipped.maths, models=shipped.models,
-                        gpu_priors=shipped.gpu_priors, platforms={"sglang:amd": {"layer_overhead_s": 10e-6}})
-    model, gpus = "deepseek-v3", ["mi300x", "h200-sxm", "mi355x", "mi300x"]
-    engines = ["sglang", "sglang", "sglang@0.5", "trtllm"]
-    keys = parameters.catalog_keys(catalog, gpus, [model] * 4)
-    a = np.asarray(cal.params_for(ServingParams(), gpus, engines, model_ids=[model] * 4, **keys).step_overhead_s)
-    b = np.asarray(shipped.params_for(ServingParams(), gpus, engines, model_ids=[model] * 4, **keys).step_overhead_s)
+                        gpu_priors=shipped.gpu_priors, platforms={"sglang:gfx942": {"moe_layer_overhead_s": 10e-6}})
+    model, gpus = "deepseek-v3", ["mi300x", "h200-sxm", "mi325x", "mi300x", "mi355x"]
+    engines = ["sglang", "sglang", "sglang@0.5", "trtllm", "sglang"]
+    keys = parameters.catalog_keys(catalog, gpus, [model] * 5)
+    a = np.asarray(cal.params_for(ServingParams(), gpus, engines, model_ids=[model] * 5, **keys).step_overhead_s)
+    plain = replace(cal, platforms={})
+    b = np.asarray(plain.params_for(ServingParams(), gpus, engines, model_ids=[model] * 5, **keys).step_overhead_s)
     layers = catalog.model(model).num_layers
-    assert a - b == pytest.approx([layers * 10e-6, 0.0, layers * 10e-6, 0.0], abs=1e-15)
-    assert list(C.platform_keys(engines, keys["vendors"])) == ["sglang:amd", "sglang:nvidia", "sglang:amd",
-                                                               "trtllm:amd"]
+    assert a - b == pytest.approx([layers * 10e-6, 0.0, layers * 10e-6, 0.0, 0.0], abs=1e-15)
+    assert list(C.platform_keys(engines, keys["architectures"])) == [
+        "sglang:gfx942", "sglang:sm_90", "sglang:gfx942", "trtllm:gfx942", "sglang:gfx950"]
+    assert list(keys["moe_layers"]) == [layers] * 5 and layers == 61  # DeepSeek-V3: every layer counted
     p = parameters.for_configs(catalog, cal, None, "sglang", ["mi325x"], ["fp8"], [model])
-    q = parameters.for_configs(catalog, shipped, None, "sglang", ["mi325x"], ["fp8"], [model])
+    q = parameters.for_configs(catalog, plain, None, "sglang", ["mi325x"], ["fp8"], [model])
     assert np.asarray(p.step_overhead_s)[0] - np.asarray(q.step_overhead_s)[0] == pytest.approx(layers * 10e-6)
+    dense = "llama-3.1-70b"  # no MoE layer: the platform cost never applies
+    assert parameters.catalog_keys(catalog, ["mi325x"], [dense])["moe_layers"][0] == 0.0
+    p = parameters.for_configs(catalog, cal, None, "sglang", ["mi325x"], ["fp8"], [dense])
+    q = parameters.for_configs(catalog, plain, None, "sglang", ["mi325x"], ["fp8"], [dense])
+    assert np.asarray(p.step_overhead_s)[0] == np.asarray(q.step_overhead_s)[0]
+
+
+def test_fit_date_is_a_date_and_honours_source_date_epoch(monkeypatch):
+    """The provenance date of `planner calibrate`: a same-day re-run writes the same bytes."""
+    from planner.cli.calibrate import fit_date
+
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1764547200")  # 2025-12-01T00:00:00Z
+    assert fit_date() == "2025-12-01"
+    monkeypatch.delenv("SOURCE_DATE_EPOCH")
+    today = fit_date()
+    assert len(today) == 10 and today.count("-") == 2

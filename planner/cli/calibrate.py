@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
 from pathlib import Path
 
@@ -27,6 +28,16 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_calibrate)
 
 
+def fit_date() -> str:
+    """The UTC date a fit records: ``SOURCE_DATE_EPOCH`` (seconds, the reproducible-builds
+    convention) where set, else today. A date, not a time: a re-run of the same command on
+    the same day writes the same bytes (``cmp`` checks a shipped calibration)."""
+    epoch = os.environ.get("SOURCE_DATE_EPOCH", "").strip()
+    when = (_dt.datetime.fromtimestamp(int(epoch), _dt.timezone.utc) if epoch.isdigit()
+            else _dt.datetime.now(_dt.timezone.utc))
+    return when.date().isoformat()
+
+
 def calibration_provenance(files, measurements, rows, skipped, options, out, cv: int | None = None) -> dict:
     """The provenance block of a calibration YAML: source files (name, SHA-256, rows), the
     fitting command, objective and settings."""
@@ -34,12 +45,12 @@ def calibration_provenance(files, measurements, rows, skipped, options, out, cv:
     from planner.calibration import LEVEL_PARAMETERS, file_sha256
 
     return {
-        "calibration_version": _dt.date.today().isoformat(),
+        "calibration_version": fit_date(),
         "source": {"files": [{"file": Path(f).name, "sha256": file_sha256(f),
                               "rows": int(len(load_measurement_files([f])))} for f in files],
                    "rows": int(len(measurements)), "rows_fitted": int(len(rows)),
                    "rows_skipped": int(len(skipped))},
-        "fitted": {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "fitted": {"date": fit_date(),
                    "command": f"planner calibrate {' '.join(map(str, files))} --out {out}"
                               + (f" --cv {cv}" if cv else ""),
                    "objective": "per group: weighted mean of min(|ln(pred/measured)|, "
