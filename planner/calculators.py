@@ -78,7 +78,8 @@ def config_params(catalog: Catalog, model, gpu, quant, calibration: str | None =
     flags) on top. ``model``, ``gpu`` and ``quant`` are catalog entries (:func:`_resolve`).
     """
     cal = parameters.load(calibration)
-    return cal, parameters.for_configs(catalog, cal, overrides, engine, [gpu.id], [quant.id], [model.id])
+    return cal, parameters.for_configs(catalog, cal, overrides, engine, [gpu.id], [quant.id], [model.id],
+                                       models={model.id: model})
 
 
 def _frame(model, gpu, quant, kv, tp, pp, batches, prompt, output, context, **layout) -> pd.DataFrame:

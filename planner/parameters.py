@@ -59,29 +59,32 @@ def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: st
 
 
 def for_configs(catalog, calibration, overrides: dict | None, engine: str | None, gpu_ids, formats,
-                model_ids) -> ServingParams:
+                model_ids, models: dict | None = None) -> ServingParams:
     """Parameters per configuration row (GPU, weight format, model), as every command resolves
     them: the calibration's GPU, engine, model and math levels (math modes and layer counts
-    from the catalog), then ``overrides``."""
+    from the catalog, or from ``models``: extra ``ModelSpec`` by id, models imported from a
+    config.json), then ``overrides``."""
     maths = catalog.math_modes(gpu_ids, formats) if calibration is not None else None
-    keys = catalog_keys(catalog, gpu_ids, model_ids) if calibration is not None else {}
+    keys = catalog_keys(catalog, gpu_ids, model_ids, models) if calibration is not None else {}
     return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths, **keys)
 
 
-def catalog_keys(catalog, gpu_ids, model_ids) -> dict:
+def catalog_keys(catalog, gpu_ids, model_ids, models: dict | None = None) -> dict:
     """``layers``, ``moe_layers`` and ``architectures`` per row, the catalog facts the
-    calibration's per-layer step costs need (``Calibration.params_for``)."""
-    return {"layers": model_layers(catalog, model_ids), "moe_layers": model_layers(catalog, model_ids, moe=True),
+    calibration's per-layer step costs need (``Calibration.params_for``); ``models``: extra
+    ``ModelSpec`` by id (imported models)."""
+    return {"layers": model_layers(catalog, model_ids, models=models),
+            "moe_layers": model_layers(catalog, model_ids, moe=True, models=models),
             "architectures": gpu_architectures(catalog, gpu_ids)}
 
 
-def model_layers(catalog, model_ids, moe: bool = False) -> np.ndarray:
+def model_layers(catalog, model_ids, moe: bool = False, models: dict | None = None) -> np.ndarray:
     """Transformer layers of each model id (the calibration's per-layer step cost multiplies
     them); ``moe``: its MoE layers (every layer of a model with routed experts, 0 for a dense
     model: the catalog has no per-layer layout, so DeepSeek's three dense layers count too)."""
     ids = pd.Series(np.asarray(model_ids, dtype=object).reshape(-1))
-    layers = {m: float(catalog.model(m).num_layers) * (not moe or catalog.model(m).num_experts > 0)
-              for m in ids.unique()}
+    specs = {m: (models or {}).get(m) or catalog.model(m) for m in ids.unique()}
+    layers = {m: float(s.num_layers) * (not moe or s.num_experts > 0) for m, s in specs.items()}
     return ids.map(layers).to_numpy(float)
 
 

@@ -59,7 +59,8 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> Servin
         return ServingParams().with_overrides(**serving_overrides(problem))
     return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
                                   problem.spec.serving.engine, rows["gpu"].to_numpy(),
-                                  rows["quantization"].to_numpy(), rows["model"].to_numpy())
+                                  rows["quantization"].to_numpy(), rows["model"].to_numpy(),
+                                  models=problem.imported_models)
 
 
 def problem_params(problem: Problem, ids: pd.Index | None = None,
