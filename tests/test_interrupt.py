@@ -12,9 +12,10 @@ import pytest
 
 from hardening_helpers import tiny, write
 
-# Runs ``planner ARGS`` and reports on stderr when the first solve has returned.
+# Runs ``planner ARGS`` and reports on stderr when the first solve has returned, then waits
+# there, so the signal never races the end of a fast run.
 DRIVER = """
-import sys
+import sys, time
 import planner.optimize.nextplan as kbest
 real, count = kbest.run_solver, []
 def marked(*args, **kwargs):
@@ -22,6 +23,7 @@ def marked(*args, **kwargs):
     count.append(1)
     if len(count) == 1:
         print("FIRST-SOLVE-DONE", file=sys.stderr, flush=True)
+        time.sleep(60)   # the Ctrl-C lands here, after CP-SAT's solve, however fast the rest is
     return result
 kbest.run_solver = marked
 from planner.cli import main
