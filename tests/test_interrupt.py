@@ -12,20 +12,22 @@ import pytest
 
 from hardening_helpers import tiny, write
 
-# Runs ``planner ARGS`` and reports on stderr when the first solve has returned, then waits
-# there, so the signal never races the end of a fast run.
+# Runs ``planner ARGS`` and reports on stderr when the first CP-SAT solve of the main process
+# (every solve goes through InterruptibleSolver) has returned, then waits there, so the signal
+# never races the end of a fast run nor lands in a forked front process.
 DRIVER = """
-import sys, time
-import planner.optimize.nextplan as kbest
-real, count = kbest.run_solver, []
-def marked(*args, **kwargs):
-    result = real(*args, **kwargs)
-    count.append(1)
-    if len(count) == 1:
-        print("FIRST-SOLVE-DONE", file=sys.stderr, flush=True)
-        time.sleep(60)   # the Ctrl-C lands here, after CP-SAT's solve, however fast the rest is
+import os, sys, threading, time
+import planner.interrupt as interrupt
+real, count, parent = interrupt.InterruptibleSolver.solve, [], os.getpid()
+def marked(self, *args, **kwargs):
+    result = real(self, *args, **kwargs)
+    if os.getpid() == parent and threading.current_thread() is threading.main_thread():
+        count.append(1)
+        if len(count) == 1:
+            print("FIRST-SOLVE-DONE", file=sys.stderr, flush=True)
+            time.sleep(60)   # the Ctrl-C lands here, after CP-SAT's solve, however fast the rest is
     return result
-kbest.run_solver = marked
+interrupt.InterruptibleSolver.solve = marked
 from planner.cli import main
 sys.exit(main(sys.argv[1:]))
 """
