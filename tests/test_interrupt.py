@@ -14,9 +14,12 @@ from hardening_helpers import tiny, write
 
 # Runs ``planner ARGS`` and reports on stderr when the first CP-SAT solve of the main process
 # (every solve goes through InterruptibleSolver) has returned, then waits there, so the signal
-# never races the end of a fast run nor lands in a forked front process.
+# never races the end of a fast run nor lands in a forked front process. It starts with
+# SIGINT at its default, as a foreground process under a terminal: a background job (a CI
+# script run with `&`) inherits SIGINT ignored, which the planner rightly keeps.
 DRIVER = """
-import os, sys, threading, time
+import os, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.SIG_DFL)   # as under a terminal (see the comment above)
 import planner.interrupt as interrupt
 real, count, parent = interrupt.InterruptibleSolver.solve, [], os.getpid()
 def marked(self, *args, **kwargs):
