@@ -72,27 +72,27 @@ def for_configs(catalog, calibration, overrides: dict | None, engine: str | None
 def catalog_keys(catalog, gpu_ids, model_ids, models: dict | None = None) -> dict:
     """``layers``, ``moe_layers`` and ``architectures`` per row, the catalog facts the
     calibration's per-layer step costs need (``Calibration.params_for``); ``models``: extra
-    ``ModelSpec`` by id (imported models)."""
-    return {"layers": model_layers(catalog, model_ids, models=models),
-            "moe_layers": model_layers(catalog, model_ids, moe=True, models=models),
+    ``ModelSpec`` by id (imported models). ``moe_layers``: every layer of a model with routed
+    experts, 0 for a dense model (the catalog has no per-layer layout, so DeepSeek's three
+    dense layers count too)."""
+    def spec(m):
+        return (models or {}).get(m) or catalog.model(m)
+
+    return {"layers": _per_id(model_ids, lambda m: float(spec(m).num_layers), float),
+            "moe_layers": _per_id(model_ids, lambda m: float(spec(m).num_layers) * (spec(m).num_experts > 0), float),
             "architectures": gpu_architectures(catalog, gpu_ids)}
-
-
-def model_layers(catalog, model_ids, moe: bool = False, models: dict | None = None) -> np.ndarray:
-    """Transformer layers of each model id (the calibration's per-layer step cost multiplies
-    them); ``moe``: its MoE layers (every layer of a model with routed experts, 0 for a dense
-    model: the catalog has no per-layer layout, so DeepSeek's three dense layers count too)."""
-    ids = pd.Series(np.asarray(model_ids, dtype=object).reshape(-1))
-    specs = {m: (models or {}).get(m) or catalog.model(m) for m in ids.unique()}
-    layers = {m: float(s.num_layers) * (not moe or s.num_experts > 0) for m, s in specs.items()}
-    return ids.map(layers).to_numpy(float)
 
 
 def gpu_architectures(catalog, gpu_ids) -> np.ndarray:
     """Compute architecture of each GPU id (``GpuSpec.architecture``, else its vendor): the
     calibration's platform level, the engine's build per architecture."""
-    ids = pd.Series(np.asarray(gpu_ids, dtype=object).reshape(-1))
-    return ids.map({g: catalog.gpu(g).architecture or catalog.gpu(g).vendor for g in ids.unique()}).to_numpy(object)
+    return _per_id(gpu_ids, lambda g: catalog.gpu(g).architecture or catalog.gpu(g).vendor, object)
+
+
+def _per_id(ids, value_of, dtype) -> np.ndarray:
+    """``value_of(id)`` for every row of ``ids``, computed once per distinct id."""
+    ids = pd.Series(np.asarray(ids, dtype=object).reshape(-1))
+    return ids.map({i: value_of(i) for i in ids.unique()}).to_numpy(dtype)
 
 
 def concat(parts: list[ServingParams], sizes: list[int]) -> ServingParams:
