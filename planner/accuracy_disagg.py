@@ -198,9 +198,7 @@ def pd_closed_loop(pre: ConfigArrays, dec: ConfigArrays, p: ServingParams, users
     active = np.maximum(np.minimum(users, n_d * decode_slots), 1.0)
     model_step = StepModel(dec, p).time
     scale = np.asarray(decode_scale, dtype=float)
-
-    def decode_step(n):   # s_d(n), times the sensitivity factor where one is given
-        return model_step(n) if np.all(scale == 1.0) else model_step(n) * scale
+    decode_step = model_step if np.all(scale == 1.0) else (lambda n: model_step(n) * scale)
     capacity, per_step, budget = prefill_pool_capacity(pre, p, prompt, n_p, prefill_batch)
 
     def batch_s(requests):   # T(b): one prefill worker's batch of b prompts
