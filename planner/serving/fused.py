@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.serving.arrays import LINK_FAST, ConfigArrays, scaled
+from planner.serving.buffers import Scratch, staggered
 from planner.serving.parallel import run_in_threads
 from planner.serving.params import ServingParams
 from planner.serving.roofline import saturation_tokens
@@ -54,24 +55,25 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     ``threads`` threads (:mod:`planner.serving.parallel`; the same numbers for any count)."""
     columns = {name: getattr(c, name) for name in c.__dataclass_fields__}
     params = p.as_dict()
-    # zero-filled from the allocator (no pass over them): the expert read fraction of dense
-    # rows and, without users, every queue wait are exactly 0
-    out = {key: (np.zeros if key in _ZERO_KEYS else np.empty)(rows) for key in _FLOAT_KEYS}
+    # staggered (:mod:`planner.serving.buffers`); zero-filled from the allocator: the expert
+    # read fraction of dense rows and, without users, every queue wait are exactly 0
+    float_keys = _FLOAT_KEYS + (("usd_per_million_tokens",) if usd_per_gpu_hour is not None else ())
+    out = {key: staggered(rows, i, zero=key in _ZERO_KEYS) for i, key in enumerate(float_keys)}
     out["fits"] = np.empty(rows, dtype=bool)
     out["bound"] = np.empty(rows, dtype=_BOUND_LABELS.dtype)
     if usd_per_gpu_hour is not None:
-        out["usd_per_million_tokens"] = np.empty(rows)
         usd_per_gpu_hour = np.asarray(usd_per_gpu_hour, dtype=float)
     if users is not None:
         users = np.asarray(users, dtype=float)
     starts = iter(range(0, rows, block_rows))    # shared by the threads
 
     def work():
+        scratch = Scratch(min(rows, block_rows))   # this thread's temporaries, reused block to block
         with np.errstate(divide="ignore", invalid="ignore"):   # per thread (a context variable)
             for start in starts:
                 cut = slice(start, min(rows, start + block_rows))
                 _block({k: _cut(v, cut) for k, v in columns.items()}, {k: _cut(v, cut) for k, v in params.items()},
-                       _cut(users, cut), _cut(usd_per_gpu_hour, cut), {k: v[cut] for k, v in out.items()})
+                       _cut(users, cut), _cut(usd_per_gpu_hour, cut), {k: v[cut] for k, v in out.items()}, scratch)
 
     run_in_threads(work, min(threads, -(-rows // block_rows)))
     return {key: out[key] for key in _KEYS + tuple(k for k in out if k not in _KEYS)}
@@ -116,37 +118,48 @@ def _expert_fraction(miss, saturated, tokens, known=None) -> np.ndarray:
     return out
 
 
-def _block(c: dict, p: dict, users, usd, out: dict) -> None:
-    """One block of :func:`evaluate_rows`: results into the views ``out``."""
+def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
+    """One block of :func:`evaluate_rows`: results into the views ``out``, temporaries in
+    ``scratch`` (the thread's buffers, :mod:`planner.serving.buffers`)."""
     L, d, tp, pp, b, ctx = (c["n_layers"], c["hidden_size"], c["tp"], c["pp"], c["batch"],
                             c["context_tokens"])
     w, link = c["weight_bytes_per_param"], c["link_bytes_per_s"]
     n = out["tpot_s"].shape[0]
-    nS = tp * pp
+
+    def t(name):
+        return scratch(name, n)
+
+    mul, div = np.multiply, np.divide
+    nS = mul(tp, pp, out=t("nS"))
     # memory.py: weights, KV per token / sequence / GPU, budget, concurrency
-    weights = np.multiply(c["params_total"], w, out=out["weights_bytes"])
-    wpg = np.divide(weights, nS, out=out["weights_bytes_per_gpu"])
-    per_layer = c["kv_elems_per_token_layer"] * c["kv_bytes_per_element"]
-    L_kv = L * c["kv_elems_per_token_layer"]
-    kv_token = np.multiply(L_kv, c["kv_bytes_per_element"], out=out["kv_bytes_per_token"])
-    span = _broadcast(L * ctx, n)     # (L - L_w) ctx + L_w min(ctx, window) = L ctx where L_w = 0
+    weights = mul(c["params_total"], w, out=out["weights_bytes"])
+    wpg = div(weights, nS, out=out["weights_bytes_per_gpu"])
+    per_layer = mul(c["kv_elems_per_token_layer"], c["kv_bytes_per_element"], out=t("per_layer"))
+    L_kv = mul(L, c["kv_elems_per_token_layer"], out=t("L_kv"))
+    kv_token = mul(L_kv, c["kv_bytes_per_element"], out=out["kv_bytes_per_token"])
+    span = mul(L, ctx, out=t("span"))  # (L - L_w) ctx + L_w min(ctx, window) = L ctx where L_w = 0
     windowed = _few(c["window_layers"] > 0, n)
     if windowed is not None:
         wl, ctx_w = _at(c["window_layers"], windowed), _at(ctx, windowed)
         span[windowed] = (_at(L, windowed) - wl) * ctx_w + wl * np.minimum(ctx_w, _at(c["window_tokens"], windowed))
-    kv_seq = np.multiply(per_layer, span, out=out["kv_bytes_per_seq"])
-    heads = _broadcast(np.ceil(c["n_kv_heads"] / tp) / c["n_kv_heads"], n)
+    kv_seq = mul(per_layer, span, out=out["kv_bytes_per_seq"])
+    heads = div(c["n_kv_heads"], tp, out=t("heads"))
+    np.ceil(heads, out=heads)
+    div(heads, c["n_kv_heads"], out=heads)
     replicated = _few(~(c["kv_split_by_tp"] > 0), n)   # MLA's latent: whole on every TP rank
     if replicated is not None:
         heads[replicated] = 1.0
-    kv_fraction = np.ceil(L / pp) / L * heads
-    budget = np.multiply(p["gpu_memory_utilization"], c["memory_bytes"], out=out["kv_budget_bytes_per_gpu"])
+    kv_fraction = div(L, pp, out=t("kv_fraction"))
+    np.ceil(kv_fraction, out=kv_fraction)
+    div(kv_fraction, L, out=kv_fraction)
+    kv_fraction *= heads
+    budget = mul(p["gpu_memory_utilization"], c["memory_bytes"], out=out["kv_budget_bytes_per_gpu"])
     budget -= wpg
     budget -= p["workspace_bytes"]
-    kv_per_gpu = kv_seq * kv_fraction
-    b_kv = b * kv_seq        # also the KV term of the arithmetic intensity
-    kv_needed = np.multiply(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
-    concurrency = np.divide(budget, kv_per_gpu, out=out["max_concurrency"])
+    kv_per_gpu = mul(kv_seq, kv_fraction, out=t("kv_per_gpu"))
+    b_kv = mul(b, kv_seq, out=t("b_kv"))        # also the KV term of the arithmetic intensity
+    kv_needed = mul(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
+    concurrency = div(budget, kv_per_gpu, out=out["max_concurrency"])
     empty = _few(~(kv_per_gpu > 0), n)
     if empty is not None:
         concurrency[empty] = np.inf
@@ -154,11 +167,12 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
     np.maximum(concurrency, 0.0, out=concurrency)
     np.logical_and(budget > 0, kv_needed <= budget, out=out["fits"])
     # roofline.py: MoE expert reads on MoE rows only (elsewhere the read is the dense part)
-    expert_bytes = c["routed_expert_params"] * w
-    dense_read = weights - expert_bytes
+    expert_bytes = mul(c["routed_expert_params"], w, out=t("expert_bytes"))
+    dense_read = np.subtract(weights, expert_bytes, out=t("dense_read"))
     moe = _few(c["num_experts"] > 0, n)
-    per_stage = b / pp
-    micro = np.maximum(per_stage, np.minimum(b, 1.0))
+    per_stage = div(b, pp, out=t("per_stage"))
+    micro = np.minimum(b, 1.0, out=t("micro"))
+    np.maximum(per_stage, micro, out=micro)
     pt = c["prompt_tokens"]
     if moe is None:         # the expert read fraction stays 0 (zero-filled)
         read_micro = read_prompt = read_batch = dense_read
@@ -171,35 +185,45 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
         out["expert_read_fraction"][moe] = stage_fraction
         eb, base = _at(expert_bytes, moe), _at(dense_read, moe)
 
-        def read(tokens, known, last=False):
-            got = dense_read if last else dense_read.copy()   # the last one in place
+        def read(name, tokens, known):
+            got = t(name)
+            got[...] = dense_read
             got[moe] = base + eb * _expert_fraction(miss, saturated, _at(tokens, moe), known)
             return got
 
         known = (stage_tokens, stage_fraction)   # the micro-batch is b/S but where b < S
-        read_micro, read_prompt, read_batch = read(micro, known), read(pt, None), read(b, known, last=True)
+        read_micro, read_prompt, read_batch = (read("read_micro", micro, known), read("read_prompt", pt, None),
+                                               read("read_batch", b, known))
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
-    coeff = 2.0 * (tp - 1.0) / tp * a
-    tau = _link_latency(c["link_kind"], p)
-    two_L = 2.0 * L
-    multi = tp > 1
-    on = multi if np.ndim(multi) == 0 else multi.astype(float)
+    coeff = np.subtract(tp, 1.0, out=t("coeff"))
+    mul(2.0, coeff, out=coeff)
+    div(coeff, tp, out=coeff)
+    coeff *= a
+    tau = _link_latency(c["link_kind"], p, t("tau"))
+    two_L = mul(2.0, L, out=t("two_L"))
+    multi = np.greater(tp, 1, out=t("multi").view(bool)[:n])   # x 0/1 below (a bool factor)
     no_link = _few(~(link > 0), n)
-    hop_lat, stages_m1 = p["pipeline_hop_latency_s"], pp - 1.0
+    hop_lat = p["pipeline_hop_latency_s"]
+    stages_m1 = np.subtract(pp, 1.0, out=t("stages_m1"))
 
-    def comm(tokens):
-        transfer = _broadcast(coeff * tokens * d / link, n)
+    def comm(tokens, name):
+        transfer = mul(coeff, tokens, out=t("transfer"))
+        transfer *= d
+        transfer /= link
         if no_link is not None:
             transfer[no_link] = np.inf
-        t = two_L * (transfer + tau)
-        t *= on
+        transfer += tau
+        got = mul(two_L, transfer, out=t(name))
+        got *= multi
         if no_link is not None:   # inf * 0 is NaN: the reference's where there
-            t[no_link] = np.where(_at(multi, no_link), _at(t, no_link), 0.0)
-        return t
+            got[no_link] = np.where(_at(multi, no_link), _at(got, no_link), 0.0)
+        return got
 
     def hop(tokens):
-        transfer = _broadcast(a * tokens * d / link, n)
+        transfer = mul(a, tokens, out=t("transfer"))
+        transfer *= d
+        transfer /= link
         if no_link is not None:
             transfer[no_link] = 0.0
         transfer += hop_lat
@@ -207,42 +231,54 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
         return transfer
 
     # decode step (roofline.decode_times)
-    flops_base = 2.0 * c["params_active"]
-    four_Ld = 4.0 * L * d
-    decode_flops = flops_base + four_Ld * ctx
-    gpu_bytes = read_micro / nS
-    gpu_bytes += micro * kv_seq * kv_fraction
-    t_mem = gpu_bytes
-    t_mem /= c["bandwidth_bytes_per_s"] * p["memory_efficiency"]
+    flops_base = mul(2.0, c["params_active"], out=t("flops_base"))
+    four_Ld = mul(4.0, L, out=t("four_Ld"))
+    four_Ld *= d
+    decode_flops = mul(four_Ld, ctx, out=t("decode_flops"))
+    np.add(flops_base, decode_flops, out=decode_flops)
+    t_mem = div(read_micro, nS, out=t("t_mem"))
+    kv_read = mul(micro, kv_seq, out=t("kv_read"))
+    kv_read *= kv_fraction
+    t_mem += kv_read
+    bw_eff = mul(c["bandwidth_bytes_per_s"], p["memory_efficiency"], out=t("bw_eff"))
+    t_mem /= bw_eff
     peak = c["peak_flops_per_s"]
-    t_comp = micro * decode_flops
-    t_comp /= nS * peak * p["compute_efficiency"]
-    t_comm = comm(micro)
+    t_comp = mul(micro, decode_flops, out=t("t_comp"))
+    comp_rate = mul(nS, peak, out=t("comp_rate"))
+    comp_rate *= p["compute_efficiency"]
+    t_comp /= comp_rate
+    t_comm = comm(micro, "t_comm")
     t_comm /= pp
-    stage = np.maximum(t_mem, t_comp)
+    stage = np.maximum(t_mem, t_comp, out=t("stage"))
     stage += t_comm
-    tpot = np.multiply(pp, stage, out=out["tpot_s"])
+    tpot = mul(pp, stage, out=out["tpot_s"])
     tpot += hop(micro)
     tpot += p["step_overhead_s"]
-    np.multiply(pp, t_mem, out=out["t_mem_s"])
-    np.multiply(pp, t_comp, out=out["t_comp_s"])
-    np.multiply(pp, t_comm, out=out["t_comm_s"])
+    mul(pp, t_mem, out=out["t_mem_s"])
+    mul(pp, t_comp, out=out["t_comp_s"])
+    mul(pp, t_comm, out=out["t_comm_s"])
     _BOUND_LABELS.take(np.greater_equal(t_mem, t_comp).view(np.uint8), out=out["bound"], mode="clip")
     # prefill (roofline.prefill_time_s)
-    p_comp = two_L * d * pt
+    p_comp = mul(two_L, d, out=t("p_comp"))
+    p_comp *= pt
     p_comp += flops_base
     p_comp *= pt
-    p_comp /= scaled(tp * peak * p["compute_efficiency"], p["prefill_compute_factor"])
-    p_mem = read_prompt / (tp * c["bandwidth_bytes_per_s"] * p["memory_efficiency"])
+    p_rate = mul(tp, peak, out=t("p_rate"))
+    p_rate *= p["compute_efficiency"]
+    p_comp /= scaled(p_rate, p["prefill_compute_factor"])
+    p_bw = mul(tp, c["bandwidth_bytes_per_s"], out=t("p_bw"))
+    p_bw *= p["memory_efficiency"]
+    p_mem = div(read_prompt, p_bw, out=p_bw)
     prefill = np.maximum(p_comp, p_mem, out=out["prefill_s"])
-    prefill += comm(pt)
+    prefill += comm(pt, "p_comm")
     prefill += hop(pt)
     # intensities, queue, latencies, economics
-    intensity = np.multiply(b, decode_flops, out=out["arithmetic_intensity"])
-    intensity /= read_batch + b_kv
-    np.divide(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
-    np.divide(peak, c["bandwidth_bytes_per_s"], out=out["ridge_point"])
-    throughput = np.divide(b, tpot, out=out["throughput_tokens_per_s"])
+    intensity = mul(b, decode_flops, out=out["arithmetic_intensity"])
+    read_all = np.add(read_batch, b_kv, out=t("read_all"))
+    intensity /= read_all
+    div(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
+    div(peak, c["bandwidth_bytes_per_s"], out=out["ridge_point"])
+    throughput = div(b, tpot, out=out["throughput_tokens_per_s"])
     wait = out["queue_wait_s"]
     if users is None:       # U = b: ceil(U/b - 1) <= 0, no wait (zero-filled)
         ttft = np.add(prefill, tpot, out=out["ttft_s"])
@@ -252,11 +288,12 @@ def _block(c: dict, p: dict, users, usd, out: dict) -> None:
         ttft = np.add(wait, prefill, out=out["ttft_s"])
         ttft += tpot
     ttft += p["request_overhead_s"]
-    np.divide(1.0, tpot, out=out["per_user_tokens_per_s"])
-    np.divide(weights, kv_seq, out=out["b_knee"])
+    div(1.0, tpot, out=out["per_user_tokens_per_s"])
+    div(weights, kv_seq, out=out["b_knee"])
     if usd is not None:
-        cost = np.multiply(nS, usd, out=out["usd_per_million_tokens"])
-        cost /= throughput * SECONDS_PER_HOUR
+        cost = mul(nS, usd, out=out["usd_per_million_tokens"])
+        hours = mul(throughput, SECONDS_PER_HOUR, out=t("hours"))
+        cost /= hours
         cost *= TOKENS_PER_MILLION
 
 
@@ -266,10 +303,11 @@ def _broadcast(value, n: int) -> np.ndarray:
     return value if value.shape == (n,) else np.full(n, value)
 
 
-def _link_latency(kind, p: dict):
-    """roofline.allreduce_latency_s: NVLink-class links vs PCIe/Ethernet (a table lookup
-    when both latencies are scalars)."""
+def _link_latency(kind, p: dict, out: np.ndarray):
+    """roofline.allreduce_latency_s into ``out``: NVLink-class links vs PCIe/Ethernet (a
+    table lookup when both latencies are scalars)."""
     fast, slow = p["allreduce_latency_nvlink_s"], p["allreduce_latency_pcie_s"]
     if np.ndim(fast) or np.ndim(slow) or not np.ndim(kind):
-        return np.where(kind == LINK_FAST, fast, slow)
-    return np.array([slow, fast]).take((kind == LINK_FAST).view(np.uint8), mode="clip")
+        out[...] = np.where(kind == LINK_FAST, fast, slow)
+        return out
+    return np.array([slow, fast]).take((kind == LINK_FAST).view(np.uint8), mode="clip", out=out)
