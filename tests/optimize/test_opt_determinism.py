@@ -66,3 +66,31 @@ def test_two_phase_path_when_the_combined_objective_could_overflow(monkeypatch):
     assert result.solver_params["combined_objective_weight"] is None
     assert result.solver_params["proven_unique"] and result.status == SolveStatus.OPTIMAL
     _same(combined, two_phase)
+
+
+@pytest.mark.parametrize("make", [tie_instance, melange_instance, lambda: random_instance(3, limits=False),
+                                  lambda: random_instance(6), lambda: random_instance(16)])
+def test_one_solve_proofs_give_the_plan_of_the_lexicographic_stages(make, monkeypatch):
+    # the uniqueness check and the weighted routing solve against the per-variable loops
+    inst = make()
+    fast_result, fast = solve(inst, FAST)
+    monkeypatch.setattr("planner.optimize.tiebreak._no_other_replicas", lambda *args: False)
+    monkeypatch.setattr("planner.optimize.tiebreak._lexicographic_weights", lambda *args: None)
+    loop_result, loop = solve(inst, FAST)
+    assert fast_result.solver_params["proven_unique"] == loop_result.solver_params["proven_unique"]
+    assert fast_result.solver_params["num_solves"] <= loop_result.solver_params["num_solves"]
+    _same(fast, loop)
+
+
+def test_uniqueness_check_finds_another_plan_on_a_tied_face():
+    from planner.optimize import build_model
+    from planner.optimize.tiebreak import _no_other_replicas, _optimal_face, new_solver
+
+    built = build_model(tie_instance())
+    result, _ = solve(tie_instance(), FAST)
+    y = result.replicas.to_numpy()
+    cost = int(built.price_units.to_numpy() @ y)
+    face = _optimal_face(built, cost)           # cost alone: three GPU types tie (test above)
+    assert not _no_other_replicas(face, built, y, new_solver(FAST, 20.0))
+    face.add(built.tie_break_expr <= int(built.tie_break_weights.to_numpy() @ y))
+    assert _no_other_replicas(face, built, y, new_solver(FAST, 20.0))
