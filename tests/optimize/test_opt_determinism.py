@@ -31,7 +31,11 @@ def test_same_plan_twice_and_with_rows_shuffled(make):
     _same(p1, p3)
 
 
-def test_worker_count_does_not_change_the_plan():
+def test_worker_count_does_not_change_the_plan(monkeypatch):
+    import sys
+
+    # parallel on small models too (the module, not the function planner.optimize.solve)
+    monkeypatch.setattr(sys.modules["planner.optimize.solve"], "SINGLE_WORKER_MAX_VARIABLES", 0)
     inst = tie_instance()
     _, one = solve(inst, SolverOptions(num_workers=1))
     _, many = solve(inst, SolverOptions(num_workers=8, random_seed=5))
@@ -94,3 +98,14 @@ def test_uniqueness_check_finds_another_plan_on_a_tied_face():
     assert not _no_other_replicas(face, built, y, new_solver(FAST, 20.0))
     face.add(built.tie_break_expr <= int(built.tie_break_weights.to_numpy() @ y))
     assert _no_other_replicas(face, built, y, new_solver(FAST, 20.0))
+
+
+def test_small_models_are_solved_by_one_worker_and_large_ones_by_at_most_the_cpus():
+    from planner.optimize.solve import SINGLE_WORKER_MAX_VARIABLES, solving_options, usable_cpus
+
+    options = SolverOptions(num_workers=8)
+    assert solving_options(options, SINGLE_WORKER_MAX_VARIABLES - 1).num_workers == 1
+    assert solving_options(options, SINGLE_WORKER_MAX_VARIABLES).num_workers == min(8, usable_cpus())
+    assert solving_options(SolverOptions(num_workers=1), 10**6).num_workers == 1
+    result, _ = solve(tie_instance(), options)
+    assert result.solver_params["num_workers"] == 8           # the configured count is reported
