@@ -14,7 +14,6 @@ CPUs allow. Roles: docs/serving-model.md 14.5.
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 import numpy as np
@@ -291,7 +290,9 @@ def _default_processes(jobs: int, points: int, gpu_fronts) -> int:
     """2 processes when fork exists, a second CPU is there and the sweeps are large."""
     import multiprocessing
 
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from planner.optimize.solve import usable_cpus
+
+    cpus = usable_cpus()
     if cpus < 2 or jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return 1
     expected = points * (1 + (len(gpu_fronts) if isinstance(gpu_fronts, list) else 2))

@@ -97,12 +97,15 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
     Notes
     -----
     Stages: (1) minimize the weighted replica sum T (skipped when given); (2) if
-    ``prove_unique_plan``, minimize y_j in candidate order on the face {cost, T at their
-    optima} -- a y_j that is 0 in the incumbent is fixed at 0 without a solve -- which
-    proves the replicas unique, or picks the lexicographic minimum when they are not; if
-    a stage times out, the replicas of stage 1 are kept; (3) with replicas fixed,
-    minimize traffic units in (candidate_id, workload) order the same way. Every value
-    fixed is a proven optimum, so the result does not depend on which solution a
+    ``prove_unique_plan``, one solve proves that no other replica vector lies on the face
+    {cost, T at their optima} (:func:`_no_other_replicas`); when another does (or that
+    solve times out), minimize y_j in candidate order on the face -- a y_j that is 0 in
+    the incumbent is fixed at 0 without a solve -- which picks the lexicographic minimum;
+    if a stage times out, the replicas of stage 1 are kept; (3) with replicas fixed,
+    the traffic units lexicographically smallest in (candidate_id, workload) order: one
+    solve of exact lexicographic integer weights (:func:`_lexicographic_weights`) when
+    they fit the objective limit, else one minimize per variable the same way. Every
+    value fixed is a proven optimum, so the result does not depend on which solution a
     parallel solve returned. Without the proof, the replicas are unique unless two
     optimal plans tie in both cost and T.
     """
@@ -123,8 +126,8 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
         face.add(expr <= round(sub.objective_value))
         return True
 
-    def lexicographic(face, group: str, variables, stage: str, forced=None) -> bool:
-        start = time.perf_counter()
+    def lexicographic(face, group: str, variables, stage: str, forced=None, start=None) -> bool:
+        start = time.perf_counter() if start is None else start
         deadline = start + options.time_limit_s
         done = True
         for pos, var in enumerate(variables):
@@ -148,7 +151,14 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
     face.add(built.tie_break_expr <= tie_units)
     kept = _Incumbent(*(v.copy() for v in (inc.replicas, inc.traffic, inc.use, inc.spare)))
     if options.prove_unique_plan:
-        report.proven_unique = lexicographic(face, "replicas", list(built.replicas), "unique_replicas")
+        start = time.perf_counter()
+        report.num_solves += 1
+        if _no_other_replicas(face, built, inc.replicas, new_solver(options, options.time_limit_s)):
+            report.proven_unique = True
+            report.wall_time_s["unique_replicas"] = time.perf_counter() - start
+        else:
+            report.proven_unique = lexicographic(face, "replicas", list(built.replicas), "unique_replicas",
+                                                 start=start)
         if not report.proven_unique:
             inc = kept
     if not options.canonical_routing:
@@ -156,9 +166,79 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
     routing = _optimal_face(built, cost_units)
     for var, value in zip(built.replicas, inc.replicas):
         routing.add(var == int(value))
-    if not lexicographic(routing, "traffic", list(built.traffic), "routing", _forced_traffic(built, inc)):
+    forced = _forced_traffic(built, inc)
+    start = time.perf_counter()
+    weights = _lexicographic_weights(built, inc, forced)
+    if weights is not None:         # the lexicographic minimum in one solve
+        live, coef = weights
+        _fix_traffic(routing, built, inc, live)
+        if len(live) and not minimize(routing, cp_model.LinearExpr.weighted_sum([built.traffic.iloc[i] for i in live], coef),
+                        start + options.time_limit_s):
+            report.proven_unique = False
+        report.wall_time_s["routing"] = time.perf_counter() - start
+    elif not lexicographic(routing, "traffic", list(built.traffic), "routing", forced):
         report.proven_unique = False
     return inc.replicas, inc.traffic, report
+
+
+def _no_other_replicas(face: cp_model.CpModel, built: BuiltModel, replicas: np.ndarray,
+                       solver: cp_model.CpSolver) -> bool:
+    """Whether no other replica vector lies on ``face`` (proven infeasible with ``y != replicas``).
+
+    Then ``replicas`` is the face's only one, hence its lexicographic minimum: one solve
+    instead of one per deployed candidate. False when another exists or the solve timed out
+    (the caller runs the lexicographic stage then, with the same result).
+    """
+    check = face.clone()
+    check.clear_hints()
+    differs = []
+    for (cid, var), value, upper in zip(built.replicas.items(), replicas, built.replica_upper):
+        if value == 0:
+            differs.append(built.use[cid])          # y_j >= 1 exactly when use_j (use_link, use_floor)
+            continue
+        for bound, low in ((int(value) - 1, True), (int(value) + 1, False)):
+            if (low and bound < 0) or (not low and bound > upper):
+                continue
+            lit = check.new_bool_var(f"{'below' if low else 'above'}[{cid}]")
+            check.add(var <= bound if low else var >= bound).only_enforce_if(lit)
+            differs.append(lit)
+    check.add_bool_or(differs)
+    return solver.solve(check) == cp_model.INFEASIBLE
+
+
+def _lexicographic_weights(built: BuiltModel, inc: _Incumbent, forced: np.ndarray
+                           ) -> tuple[np.ndarray, list[int]] | None:
+    """Positions and exact integer weights W of the traffic variables that can still vary with
+    the replicas fixed, such that minimizing sum W_i x_i gives their lexicographic minimum in
+    (candidate_id, workload) order; None when the weights could exceed the objective limit.
+
+    Live: pairs of deployed candidates whose value the replicas do not force. With U_i the
+    bound of x_i (its workload's units, and the load row at the fixed replicas),
+    W_i = prod_{l > i} (U_l + 1) > sum_{l > i} W_l U_l, so a smaller x_i outweighs every later one.
+    """
+    pairs = built.traffic.index
+    pos = built.replicas.index.get_indexer(pairs.get_level_values("candidate_id"))
+    y = inc.replicas[pos]
+    live = np.flatnonzero((y > 0) & ~forced)
+    q = built.traffic_units.loc[pairs.get_level_values("workload")].to_numpy(np.int64)
+    units = built.load_units_per_replica.to_numpy(np.int64)[pos]
+    upper = np.minimum(q, (units * y) // np.maximum(built.load_coef.to_numpy(np.int64), 1))
+    weights, product = [], 1
+    for i in live[::-1]:
+        weights.append(product)
+        product *= int(upper[i]) + 1
+        if product > COMBINED_OBJECTIVE_LIMIT:
+            return None
+    return live, weights[::-1]
+
+
+def _fix_traffic(model: cp_model.CpModel, built: BuiltModel, inc: _Incumbent, live: np.ndarray) -> None:
+    """Fix every traffic variable outside ``live`` at its incumbent value (0 for candidates not
+    deployed, the forced value otherwise), as the lexicographic stage would."""
+    fixed = np.ones(len(built.traffic), dtype=bool)
+    fixed[live] = False
+    for var, value in zip(built.traffic[fixed], inc.traffic[fixed]):
+        model.add(var == int(value))
 
 
 def _forced_traffic(built: BuiltModel, inc: _Incumbent) -> np.ndarray:

@@ -31,7 +31,11 @@ def test_same_plan_twice_and_with_rows_shuffled(make):
     _same(p1, p3)
 
 
-def test_worker_count_does_not_change_the_plan():
+def test_worker_count_does_not_change_the_plan(monkeypatch):
+    import sys
+
+    # parallel on small models too (the module, not the function planner.optimize.solve)
+    monkeypatch.setattr(sys.modules["planner.optimize.solve"], "SINGLE_WORKER_MAX_VARIABLES", 0)
     inst = tie_instance()
     _, one = solve(inst, SolverOptions(num_workers=1))
     _, many = solve(inst, SolverOptions(num_workers=8, random_seed=5))
@@ -66,3 +70,42 @@ def test_two_phase_path_when_the_combined_objective_could_overflow(monkeypatch):
     assert result.solver_params["combined_objective_weight"] is None
     assert result.solver_params["proven_unique"] and result.status == SolveStatus.OPTIMAL
     _same(combined, two_phase)
+
+
+@pytest.mark.parametrize("make", [tie_instance, melange_instance, lambda: random_instance(3, limits=False),
+                                  lambda: random_instance(6), lambda: random_instance(16)])
+def test_one_solve_proofs_give_the_plan_of_the_lexicographic_stages(make, monkeypatch):
+    # the uniqueness check and the weighted routing solve against the per-variable loops
+    inst = make()
+    fast_result, fast = solve(inst, FAST)
+    monkeypatch.setattr("planner.optimize.tiebreak._no_other_replicas", lambda *args: False)
+    monkeypatch.setattr("planner.optimize.tiebreak._lexicographic_weights", lambda *args: None)
+    loop_result, loop = solve(inst, FAST)
+    assert fast_result.solver_params["proven_unique"] == loop_result.solver_params["proven_unique"]
+    assert fast_result.solver_params["num_solves"] <= loop_result.solver_params["num_solves"]
+    _same(fast, loop)
+
+
+def test_uniqueness_check_finds_another_plan_on_a_tied_face():
+    from planner.optimize import build_model
+    from planner.optimize.tiebreak import _no_other_replicas, _optimal_face, new_solver
+
+    built = build_model(tie_instance())
+    result, _ = solve(tie_instance(), FAST)
+    y = result.replicas.to_numpy()
+    cost = int(built.price_units.to_numpy() @ y)
+    face = _optimal_face(built, cost)           # cost alone: three GPU types tie (test above)
+    assert not _no_other_replicas(face, built, y, new_solver(FAST, 20.0))
+    face.add(built.tie_break_expr <= int(built.tie_break_weights.to_numpy() @ y))
+    assert _no_other_replicas(face, built, y, new_solver(FAST, 20.0))
+
+
+def test_small_models_are_solved_by_one_worker_and_large_ones_by_at_most_the_cpus():
+    from planner.optimize.solve import SINGLE_WORKER_MAX_VARIABLES, solving_options, usable_cpus
+
+    options = SolverOptions(num_workers=8)
+    assert solving_options(options, SINGLE_WORKER_MAX_VARIABLES - 1).num_workers == 1
+    assert solving_options(options, SINGLE_WORKER_MAX_VARIABLES).num_workers == min(8, usable_cpus())
+    assert solving_options(SolverOptions(num_workers=1), 10**6).num_workers == 1
+    result, _ = solve(tie_instance(), options)
+    assert result.solver_params["num_workers"] == 8           # the configured count is reported
