@@ -95,3 +95,36 @@ def _live_arrays_and_params(problem):
                     context_tokens=np.nan)
     arrays, _ = configs.config_arrays(problem.catalog, cfg, models=problem.imported_models)
     return arrays, search.serving_params(problem, ok)
+
+
+@pytest.mark.parametrize("metric", ["tpot_p95_s", "ttft_p95_s"])
+def test_front_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, metric):
+    from planner import front_capacity
+
+    path = tmp_path / "fronts.yaml"
+    path.write_text(yaml.safe_dump(SPECS["aggregated"]))
+    problem = load_problem(path)
+    candidates, params = search.candidates_and_params(problem)
+    curves = front_capacity.Curves(problem, candidates[candidates["feasible"]], params)
+    loosest = max(getattr(w.slo, metric) for w in problem.workloads)
+    targets = loosest * np.array([0.3, 0.5, 0.7, 1.0])
+    n = len(curves.frame)
+    at, positions = np.repeat(np.arange(len(targets)), n), np.tile(np.arange(n), len(targets))
+
+    def capacities():
+        return front_capacity.Exact(curves, metric, targets)._compute(at, positions)
+
+    sizes = []
+
+    def recorded(*args):
+        first, inverse = configs.distinct_configs(*args)
+        sizes.append((len(first), len(inverse)))
+        return first, inverse
+
+    monkeypatch.setattr(front_capacity, "distinct_configs", recorded)
+    shared = capacities()
+    assert any(d < n for d, n in sizes)                 # some rows shared
+    monkeypatch.setattr(front_capacity, "distinct_configs", _every_row)
+    alone = capacities()
+    assert np.array_equal(shared, alone)
+    assert (shared > 0).any() and (shared < alone.max()).any()     # targets bind somewhere
