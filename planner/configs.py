@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pandas as pd
 
@@ -78,3 +80,47 @@ def config_arrays(catalog: Catalog, rows: pd.DataFrame, models: dict | None = No
         context_tokens=context,
     )
     return arrays, fl["fallback"] > 0
+
+
+#: Odd 64-bit multiplier of :func:`distinct_rows`' row hash (splitmix64's).
+_ROW_HASH_MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+
+
+def distinct_rows(columns) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)``: the position of the first row of each distinct row of the
+    equal-length float ``columns`` (equal bit for bit in every column, in order of first
+    appearance), and per row the index of its distinct row (``first[inverse]`` is a row
+    equal to each row).
+
+    A per-row 64-bit hash of the columns' bits is factorized, then every row is checked
+    against its representative; a hash collision (never seen) falls back to ``np.unique``.
+    """
+    bits = [np.ascontiguousarray(c, dtype=float).view(np.uint64) for c in columns]
+    n = bits[0].size
+    h = np.zeros(n, dtype=np.uint64)
+    for b in bits:
+        h = (h ^ b) * _ROW_HASH_MULTIPLIER     # wraps modulo 2^64
+        h ^= h >> np.uint64(31)
+    inverse, uniques = pd.factorize(h)
+    first = np.empty(len(uniques), dtype=np.int64)
+    first[inverse[::-1]] = np.arange(n - 1, -1, -1)
+    if all(np.array_equal(b, b[first][inverse]) for b in bits):
+        return first, inverse.astype(np.int64)
+    _, first, inverse = np.unique(np.stack(bits, axis=1), axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")             # in order of first appearance
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return first[order], rank[inverse.reshape(-1)]
+
+
+def distinct_configs(arrays: ConfigArrays, params, *extra) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`distinct_rows` of configuration rows: every per-row field of ``arrays`` and of
+    ``params`` (a :class:`~planner.serving.params.ServingParams`) and the ``extra`` per-row
+    float arrays (e.g. a role's codes). Rows equal in all of them have the same serving-model
+    numbers: computing them once per distinct row and taking them back is the same result."""
+    n = len(np.atleast_1d(arrays.tp))
+    values = [getattr(arrays, f.name) for f in fields(arrays)] + [*params.as_dict().values(), *extra]
+    columns = [v for v in map(np.asarray, values) if v.ndim == 1 and v.size == n]
+    if n < 2 or not columns:
+        return np.arange(min(n, 1)), np.zeros(n, dtype=np.int64)
+    return distinct_rows(columns)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from planner import dimensions
+from planner.configs import distinct_configs
 from planner.margins import Margins
 from planner.optimize.prune import candidate_blocks, candidate_roles
 from planner.parameters import ProblemParams
@@ -303,10 +304,15 @@ class Exact:
         ix = np.searchsorted(self.curves.rows[w.name], positions)
         arrays, params = self.curves.arrays[w.name].take(ix), self.curves.params[w.name].take(ix)
         traffic = self.curves.traffic[w.name]
+        # once per distinct (configuration, SLO pair): twins of a configuration and the
+        # same row at targets that give it the same SLOs have the same capacity
+        ttft, tpot = (np.broadcast_to(np.asarray(v, dtype=float), ix.shape) for v in (ttft, tpot))
+        first, inverse = distinct_configs(arrays, params, ttft, tpot)
+        arrays, params, ttft, tpot = arrays.take(first), params.take(first), ttft[first], tpot[first]
 
         # the central and the margined SLOs bisected in one pass, as the search does
         pairs = [(ttft, tpot)] if margins.factor("ttft") == margins.factor("tpot") == 1.0 else [
             (ttft, tpot), margins.slos(ttft, tpot)]
         results = capacities_at_slos(arrays, params, traffic, pairs)
         return margins.planned_capacity(lambda *_: results[-1]["max_rate_per_s"], ttft, tpot,
-                                        central=results[0]["max_rate_per_s"])
+                                        central=results[0]["max_rate_per_s"])[inverse]

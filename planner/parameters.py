@@ -8,7 +8,7 @@ carries them to every stage; the calculators resolve one configuration with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 
 import numpy as np
@@ -64,9 +64,35 @@ def for_configs(catalog, calibration, overrides: dict | None, engine: str | None
     them: the calibration's GPU, engine, model and math levels (math modes and layer counts
     from the catalog, or from ``models``: extra ``ModelSpec`` by id, models imported from a
     config.json), then ``overrides``."""
-    maths = catalog.math_modes(gpu_ids, formats) if calibration is not None else None
-    keys = catalog_keys(catalog, gpu_ids, model_ids, models) if calibration is not None else {}
+    if calibration is None:
+        return resolve(gpu_ids, None, overrides, engine=engine)
+    ids = [np.asarray(v, dtype=object).reshape(-1) for v in (gpu_ids, formats, model_ids)]
+    if np.ndim(engine) or ids[0].size < 2:
+        return _for_rows(catalog, calibration, overrides, engine, *ids, models)
+    # once per distinct (GPU, format, model): every row's parameters are those of its ids
+    first, inverse = _distinct_ids(ids)
+    params = _for_rows(catalog, calibration, overrides, engine, *(v[first] for v in ids), models)
+    return replace(params, **{f.name: v[inverse] for f in fields(params)
+                              if (v := np.asarray(getattr(params, f.name))).ndim == 1 and v.size == first.size})
+
+
+def _for_rows(catalog, calibration, overrides, engine, gpu_ids, formats, model_ids, models) -> ServingParams:
+    """:func:`for_configs` of the rows as they are (a calibration)."""
+    maths = catalog.math_modes(gpu_ids, formats)
+    keys = catalog_keys(catalog, gpu_ids, model_ids, models)
     return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths, **keys)
+
+
+def _distinct_ids(ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)`` of the rows of the id columns ``ids``: the first row of each
+    distinct combination (in order of first appearance) and per row its combination."""
+    code = np.zeros(ids[0].size, dtype=np.int64)
+    for column in ids:
+        codes, uniques = pd.factorize(column, use_na_sentinel=False)
+        code, _ = pd.factorize(code * len(uniques) + codes)
+    first = np.empty(code.max() + 1, dtype=np.int64)
+    first[code[::-1]] = np.arange(code.size - 1, -1, -1)
+    return first, code
 
 
 def catalog_keys(catalog, gpu_ids, model_ids, models: dict | None = None) -> dict:

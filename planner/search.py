@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from planner import dimensions, parameters
-from planner.configs import config_arrays
+from planner.configs import config_arrays, distinct_configs
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
 from planner.layout_rules import REASONS as LAYOUT_REASONS
@@ -194,9 +194,16 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     live = np.flatnonzero(fits & kv_cap_ok)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
+    live_params = params.take(live)
+    roles = ok["role"].to_numpy()[live] if "role" in ok.columns else None
+    role_codes = () if roles is None else (pd.factorize(roles)[0].astype(float),)
     for w in workloads:
-        cap = workload_capacity(problem, ok.iloc[live], w, params.take(live),
-                                arrays=warrays[w.name].take(live), margins=Margins.of(problem))
+        # once per distinct configuration (same arrays, parameters and role: same numbers)
+        live_arrays = warrays[w.name].take(live)
+        first, inverse = distinct_configs(live_arrays, live_params, *role_codes)
+        cap = workload_capacity(problem, ok.iloc[live[first]], w, live_params.take(first),
+                                arrays=live_arrays.take(first), margins=Margins.of(problem))
+        cap = {key: np.asarray(value)[inverse] for key, value in cap.items()}
         rate = np.zeros(n_ok)
         central = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)

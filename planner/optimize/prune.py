@@ -298,8 +298,19 @@ def _capacity_maxima(groups: pd.DataFrame, capacity: pd.DataFrame, block: int = 
     cap = capacity.to_numpy(float)
     codes = groups.groupby(list(groups.columns), sort=False).ngroup().to_numpy()
     keep = np.zeros(len(cap), dtype=bool)
-    for code in np.unique(codes):
-        rows = np.flatnonzero(codes == code)
+    # the groups' rows by one stable sort (each group's rows in position order, as
+    # np.flatnonzero(codes == code) gives them, without a pass over all rows per group)
+    by_code = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.r_[True, codes[by_code][1:] != codes[by_code][:-1]])
+    sizes = np.diff(np.r_[starts, len(codes)])
+    # a group of one row keeps it (nothing else in the group; a finite capacity row, as
+    # the sweep below would find it)
+    alone = by_code[starts[sizes == 1]]
+    keep[alone[np.isfinite(cap[alone]).all(axis=1)]] = True
+    for start, size in zip(starts, sizes):
+        rows = by_code[start:start + size]
+        if size == 1 and keep[rows[0]]:
+            continue
         c = cap[rows]
         live = c.any(axis=0)
         c = c[:, live]

@@ -221,3 +221,28 @@ def test_random_sized_cases_actually_prune_multiples():
         left = inst.candidates.drop(prune_dominated(inst.candidates, cap).index)
         return len(prune_replica_multiples(left, inst.capacity_per_s.loc[left.index])) > 0
     assert sum(map(multiples, range(16))) >= 6
+
+
+def _maxima_by_hand(codes, cap):
+    """Rows no other row of their group matches or beats on every workload (of equal rows
+    the first): the pairwise definition of :func:`planner.optimize.prune._capacity_maxima`."""
+    keep = []
+    for j in range(len(cap)):
+        same = [i for i in range(len(cap)) if codes[i] == codes[j] and i != j]
+        if not any((cap[i] >= cap[j]).all() and ((cap[i] > cap[j]).any() or i < j) for i in same):
+            keep.append(j)
+    return keep
+
+
+@pytest.mark.parametrize("workloads", [1, 2, 3])
+def test_capacity_maxima_are_the_pairwise_ones(workloads):
+    from planner.optimize.prune import _capacity_maxima
+
+    rng = np.random.default_rng(workloads)
+    n = 300
+    codes = rng.integers(0, 60, n)                     # groups of 0 to ~12 rows, some of one
+    cap = rng.integers(0, 4, (n, workloads)).astype(float)
+    groups = pd.DataFrame({"gpu": [f"g{c % 7}" for c in codes], "price": codes // 7})
+    got = _capacity_maxima(groups, pd.DataFrame(cap), block=16)
+    assert got.tolist() == _maxima_by_hand(codes, cap)
+    assert 0 < len(got) < n

@@ -1,0 +1,130 @@
+"""The search's speed-ups compute the same numbers (issue 19): configuration rows that are
+equal in every serving-model input get their capacity at SLO once, and the table of
+candidates is the one the row-by-row computation gives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from planner import configs, search
+from planner.problem import load_problem
+
+
+def test_distinct_rows_by_hand():
+    a = np.array([1.0, 2.0, 1.0, 2.0, 3.0, 1.0])
+    b = np.array([0.0, 0.0, 0.0, 1.0, 0.0, 0.0])
+    first, inverse = configs.distinct_rows([a, b])
+    assert first.tolist() == [0, 1, 3, 4]            # in order of first appearance
+    assert inverse.tolist() == [0, 1, 0, 2, 3, 0]
+
+
+def test_distinct_rows_compare_bits():
+    # -0.0 == 0.0 numerically but not bit for bit (1 / x differs): two rows; NaN rows of the
+    # same bits are one
+    first, inverse = configs.distinct_rows([np.array([0.0, -0.0, np.nan, np.nan])])
+    assert first.tolist() == [0, 1, 2]
+    assert inverse.tolist() == [0, 1, 2, 2]
+
+
+def test_distinct_rows_hash_collision_falls_back(monkeypatch):
+    rng = np.random.default_rng(0)
+    cols = [rng.integers(0, 3, 200).astype(float) for _ in range(3)]
+    want = configs.distinct_rows(cols)
+    monkeypatch.setattr(configs, "_ROW_HASH_MULTIPLIER", np.uint64(0))   # every hash collides
+    got = configs.distinct_rows(cols)
+    assert [g.tolist() for g in got] == [w.tolist() for w in want]
+    stacked = np.stack(cols, axis=1)
+    assert np.array_equal(stacked[got[0]][got[1]], stacked)
+    assert len(np.unique(stacked[got[0]], axis=0)) == len(got[0])     # each distinct row once
+
+
+def _every_row(arrays, params, *extra):
+    """distinct_configs that keeps every row (the computation without the sharing)."""
+    n = len(np.atleast_1d(arrays.tp))
+    return np.arange(n), np.arange(n)
+
+
+#: Small problems whose grids repeat serving-model inputs: BF16 and FP16 (KV cache and
+#: weights) are the same bytes and math; the second also has disaggregated roles.
+SPECS = {
+    "aggregated": {
+        "name": "shared-aggregated",
+        "workloads": [{"name": "chat", "model": "llama-3.1-8b", "rate_per_s": 20,
+                       "prompt_tokens": {"mean": 1200, "p95": 3000}, "output_tokens": {"mean": 300, "p95": 800},
+                       "slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.05}},
+                      {"name": "rag", "model": "llama-3.1-8b", "rate_per_s": 2, "prompt_tokens": 6000,
+                       "output_tokens": 200, "slo": {"ttft_p95_s": 3.0, "tpot_p95_s": 0.08}}],
+        "search": {"gpus": ["h100-sxm", "l40s"], "quantization": ["bf16", "fp16", "fp8"],
+                   "kv_cache_dtype": ["bf16", "fp16"], "tp": [1, 2], "pp": [1], "max_batch": [16, 64]},
+    },
+    "disaggregated": {
+        "name": "shared-disaggregated",
+        "workloads": [{"name": "chat", "model": "qwen3-32b", "rate_per_s": 10, "prompt_tokens": 4000,
+                       "output_tokens": 500, "slo": {"ttft_p95_s": 1.0, "tpot_p95_s": 0.02}}],
+        "search": {"gpus": ["h200-sxm"], "quantization": ["bf16", "fp16"], "kv_cache_dtype": ["bf16", "fp16"],
+                   "tp": [1, 2], "pp": [1], "max_batch": [32, 128], "disaggregation": [False, True]},
+    },
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_shared_capacities_are_the_row_by_row_ones(monkeypatch, tmp_path, name):
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(SPECS[name]))
+    problem = load_problem(path)
+    shared, _ = search.candidates_and_params(problem)
+    first, inverse = configs.distinct_configs(*_live_arrays_and_params(problem))
+    assert len(first) < len(inverse)                   # the problem has repeated rows to share
+    assert shared["feasible"].any()
+    monkeypatch.setattr(search, "distinct_configs", _every_row)
+    alone, _ = search.candidates_and_params(problem)
+    pd.testing.assert_frame_equal(shared, alone, check_exact=True)
+
+
+def _live_arrays_and_params(problem):
+    """The first model's evaluated rows' arrays and parameters (the rows the search shares)."""
+    model = problem.workloads[0].model
+    frame = search._grid(problem, model)
+    bad = np.logical_or.reduce(list(search._structural(problem, frame).values()))
+    ok = frame[~bad].reset_index(drop=True)
+    w = problem.workloads[0]
+    cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=w.prompt.mean, output_tokens=w.output.mean,
+                    context_tokens=np.nan)
+    arrays, _ = configs.config_arrays(problem.catalog, cfg, models=problem.imported_models)
+    return arrays, search.serving_params(problem, ok)
+
+
+@pytest.mark.parametrize("metric", ["tpot_p95_s", "ttft_p95_s"])
+def test_front_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, metric):
+    from planner import front_capacity
+
+    path = tmp_path / "fronts.yaml"
+    path.write_text(yaml.safe_dump(SPECS["aggregated"]))
+    problem = load_problem(path)
+    candidates, params = search.candidates_and_params(problem)
+    curves = front_capacity.Curves(problem, candidates[candidates["feasible"]], params)
+    loosest = max(getattr(w.slo, metric) for w in problem.workloads)
+    targets = loosest * np.array([0.3, 0.5, 0.7, 1.0])
+    n = len(curves.frame)
+    at, positions = np.repeat(np.arange(len(targets)), n), np.tile(np.arange(n), len(targets))
+
+    def capacities():
+        return front_capacity.Exact(curves, metric, targets)._compute(at, positions)
+
+    sizes = []
+
+    def recorded(*args):
+        first, inverse = configs.distinct_configs(*args)
+        sizes.append((len(first), len(inverse)))
+        return first, inverse
+
+    monkeypatch.setattr(front_capacity, "distinct_configs", recorded)
+    shared = capacities()
+    assert any(d < n for d, n in sizes)                 # some rows shared
+    monkeypatch.setattr(front_capacity, "distinct_configs", _every_row)
+    alone = capacities()
+    assert np.array_equal(shared, alone)
+    assert (shared > 0).any() and (shared < alone.max()).any()     # targets bind somewhere
