@@ -46,14 +46,26 @@ def test_top_level_help_lists_every_command_with_its_help_line(argv):
 
 def test_solve_json_imports_only_what_it_uses():
     """One real process (``planner.cli.run``, as the ``planner`` command): the JSON document
-    is complete, and none of :data:`NOT_ON_THE_SOLVE_PATH` was imported."""
-    driver = ("import json, sys\n"
-              "from planner.cli import main\n"
-              "code = main(['solve', 'problems/chat-70b.yaml', '--json', '--no-pareto'])\n"
-              "print(json.dumps({'code': code, 'modules': sorted(sys.modules)}), file=sys.stderr)\n")
+    is complete, none of :data:`NOT_ON_THE_SOLVE_PATH` was imported, and the solve ran with
+    the cyclic garbage collector enabled, the start's objects frozen (planner.cli.startup)."""
+    driver = ("import gc, json, sys\n"
+              "import planner.pipeline as pipeline\n"
+              "real, seen = pipeline.plan, []\n"
+              "def plan(*a, **k):\n"
+              "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0))\n"
+              "    return real(*a, **k)\n"
+              "pipeline.plan = plan\n"
+              "from planner.cli import run\n"
+              "sys.argv = ['planner', 'solve', 'problems/chat-70b.yaml', '--json', '--no-pareto']\n"
+              "try:\n"
+              "    run()\n"
+              "except SystemExit as exc:\n"
+              "    code = exc.code\n"
+              "print(json.dumps({'code': code, 'modules': sorted(sys.modules), 'gc': seen}), file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, proc.stderr
+    assert report["gc"] == [[True, True]]       # the solve runs with the collector on, the start frozen
     doc = json.loads(proc.stdout)
     assert doc["status"] == "optimal" and doc["plans"] and doc["pareto"] == [] and "verification" not in doc
     loaded = set(report["modules"])
