@@ -9,6 +9,7 @@ command with its help line, also with a command after ``--help``.
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -47,12 +48,13 @@ def test_top_level_help_lists_every_command_with_its_help_line(argv):
 def test_solve_json_imports_only_what_it_uses():
     """One real process (``planner.cli.run``, as the ``planner`` command): the JSON document
     is complete, none of :data:`NOT_ON_THE_SOLVE_PATH` was imported, and the solve ran with
-    the cyclic garbage collector enabled, the start's objects frozen (planner.cli.startup)."""
-    driver = ("import gc, json, sys\n"
+    the cyclic garbage collector enabled, the start's objects frozen (planner.cli.startup),
+    and OpenBLAS's thread count set to 1 where the environment does not set it."""
+    driver = ("import gc, json, os, sys\n"
               "import planner.pipeline as pipeline\n"
               "real, seen = pipeline.plan, []\n"
               "def plan(*a, **k):\n"
-              "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0))\n"
+              "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0, os.environ['OPENBLAS_NUM_THREADS']))\n"
               "    return real(*a, **k)\n"
               "pipeline.plan = plan\n"
               "from planner.cli import run\n"
@@ -62,10 +64,12 @@ def test_solve_json_imports_only_what_it_uses():
               "except SystemExit as exc:\n"
               "    code = exc.code\n"
               "print(json.dumps({'code': code, 'modules': sorted(sys.modules), 'gc': seen}), file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT)
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT, env=env)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, proc.stderr
-    assert report["gc"] == [[True, True]]       # the solve runs with the collector on, the start frozen
+    # the solve runs with the collector on, the start's objects frozen, OpenBLAS on one thread
+    assert report["gc"] == [[True, True, "1"]]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "optimal" and doc["plans"] and doc["pareto"] == [] and "verification" not in doc
     loaded = set(report["modules"])

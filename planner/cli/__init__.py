@@ -136,10 +136,15 @@ def run() -> None:
     It turns pydantic's plugins off unless the environment says otherwise: the planner uses
     none, and looking them up reads the metadata of every installed package at the first
     validation (tens of ms per run); ``PYDANTIC_DISABLE_PLUGINS=`` (empty) looks them up.
+    Likewise numpy's OpenBLAS gets one thread (``OPENBLAS_NUM_THREADS=1``) unless the
+    environment sets it: the planner does no linear algebra (its numpy work is element-wise,
+    and the serving kernel runs its own threads, :mod:`planner.serving.parallel`), and
+    starting a thread per core when numpy is imported costs some 30 ms of CPU per run.
     The cyclic garbage collector is paused while the command's modules import and frozen
     before the exit (:mod:`planner.cli.startup`).
     """
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     startup.pause()
     code = main()
     startup.freeze_for_exit()
