@@ -60,5 +60,6 @@ def test_dispatcher_ends_the_pause_before_a_command_that_does_not(collector, mon
     assert gc.isenabled()
 
 
-def test_solve_ends_the_pause_itself():
+def test_solve_and_validate_end_the_pause_themselves():
     assert cli.command_module("solve").cmd_solve.resumes_gc is True
+    assert cli.command_module("validate").cmd_validate.resumes_gc is True

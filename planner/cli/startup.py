@@ -14,8 +14,9 @@ included (about 0.1 s). So the ``planner`` console script (:func:`planner.cli.ru
    (:func:`resume`): everything alive then is frozen (:func:`gc.freeze`, never collected,
    never walked again) and the collector runs as usual for the rest of the command.
    A command function marked :func:`resumes_itself` calls :func:`resume` itself after its
-   imports and loading (``solve``); for every other command the dispatcher calls it right
-   before the command runs, so that no command computes with the collector paused;
+   imports and loading (``solve``, ``validate``); for every other command the dispatcher
+   calls it right before the command runs, so that no command computes with the collector
+   paused;
 3. freezes what is alive once the command has returned, right before the exit
    (:func:`freeze_for_exit`): the exit's collections then have nothing to walk.
 
