@@ -77,3 +77,17 @@ def test_solve_json_imports_only_what_it_uses():
     imported = sorted(m for m in loaded if m.split(".")[0] in ("planner", "matplotlib")
                       and any(m == n or m.startswith(n + ".") for n in NOT_ON_THE_SOLVE_PATH))
     assert imported == []
+
+
+@pytest.mark.parametrize("argv", [[name, "x.yaml", "--json"] for name in
+                                  ("eval", "knee", "sweep", "train", "catalog", "solve", "validate", "simulate",
+                                   "budget", "accuracy", "calibrate", "import-bench")]
+                         + [["--catalog-dir", "catalogs", "solve", "x.yaml"], ["--catalog-dir=catalogs", "validate"],
+                            ["sol", "x.yaml"], ["--help"], ["nonsense"], []])
+def test_command_of_a_run_is_the_one_argparse_reads(argv):
+    """The shortcut for a command name first gives what the probe parser reads."""
+    from planner import cli
+
+    assert cli._command_of(argv) == cli._probed_command(argv)
+    if argv and argv[0] in cli.COMMAND_MODULES:
+        assert cli._command_of(argv) == argv[0]

@@ -68,7 +68,18 @@ def build_parser(command: str | None = None, add_help: bool = True, help_lines: 
 
 def _command_of(argv) -> str:
     """The command ``argv`` runs, as argparse reads it (options, abbreviations), or "" when it
-    names none (``planner --help``, a usage error: the full parse reports it)."""
+    names none (``planner --help``, a usage error: the full parse reports it).
+
+    ``planner COMMAND ...`` (a command name first, the usual form) is that command without
+    building the probe parser (process start: a parser with every subcommand costs some ms,
+    mostly argparse's message lookups); anything else is parsed (:func:`_probed_command`)."""
+    if argv and argv[0] in COMMAND_MODULES:
+        return argv[0]
+    return _probed_command(argv)
+
+
+def _probed_command(argv) -> str:
+    """:func:`_command_of` by a parse of ``argv`` with every command's name and no flags."""
     probe = build_parser(command="", add_help=False, help_lines=False)
     try:
         args, _ = probe.parse_known_args(argv)
