@@ -10,8 +10,11 @@ of the wall time, the CPU time (user + sys of the child, ``resource.getrusage``)
 the solve, the CPU time outside :func:`planner.pipeline.plan` (interpreter start, imports,
 catalog and problem loading, JSON output: what this benchmark is about) and the wall time
 minus the solve's own ``timings_s.total``. Each run is ``python -P -c DRIVER ARGS``: the
-driver times ``plan()`` with ``time.process_time`` and runs ``planner.cli.run()`` (what the
-``planner`` command runs). ``--only COMMAND`` times one of them (``help``, ``validate`` or ``solve``).
+driver runs ``planner.cli.run()`` (what the ``planner`` command runs) and times ``plan()``
+with ``time.process_time``, wrapping it when the command imports :mod:`planner.pipeline`
+(an import hook: the driver itself imports nothing of the planner's before ``run()``, so the
+command's imports happen as in the ``planner`` command, under its start-up settings,
+:mod:`planner.cli.startup`). ``--only COMMAND`` times one of them (``help``, ``validate`` or ``solve``).
 
 ``--base TREE`` (a source tree of another revision: ``git archive REV | tar -x -C TREE``)
 runs every command with that tree's code too, alternating run by run with the working
@@ -47,10 +50,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: ``planner ARGS``; for ``solve``, :func:`planner.pipeline.plan` is timed in CPU seconds (on stderr).
 DRIVER = """
-import sys, time
+import importlib.util, sys, time
 inside = []
-if sys.argv[1] == "solve":                # other commands must not import the pipeline
-    import planner.pipeline as pipeline
+
+def wrap(pipeline):
     real = pipeline.plan
     def timed(*args, **kwargs):
         start = time.process_time()
@@ -59,7 +62,22 @@ if sys.argv[1] == "solve":                # other commands must not import the p
         finally:
             inside.append(time.process_time() - start)
     pipeline.plan = timed
-from planner.cli import run             # the `planner` entry point: sys.exit(main())
+
+class WrapPlanOnImport:                   # the pipeline imports when the command imports it,
+    def find_spec(self, name, path=None, target=None):    # as in the `planner` command
+        if name != "planner.pipeline":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run_module = spec.loader.exec_module
+        def exec_module(module):
+            run_module(module)
+            wrap(module)
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, WrapPlanOnImport())
+from planner.cli import run             # the `planner` entry point
 try:
     run()
 finally:

@@ -9,6 +9,7 @@ command with its help line, also with a command after ``--help``.
 
 import importlib
 import json
+import os
 import subprocess
 import sys
 
@@ -46,14 +47,29 @@ def test_top_level_help_lists_every_command_with_its_help_line(argv):
 
 def test_solve_json_imports_only_what_it_uses():
     """One real process (``planner.cli.run``, as the ``planner`` command): the JSON document
-    is complete, and none of :data:`NOT_ON_THE_SOLVE_PATH` was imported."""
-    driver = ("import json, sys\n"
-              "from planner.cli import main\n"
-              "code = main(['solve', 'problems/chat-70b.yaml', '--json', '--no-pareto'])\n"
-              "print(json.dumps({'code': code, 'modules': sorted(sys.modules)}), file=sys.stderr)\n")
-    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT)
+    is complete, none of :data:`NOT_ON_THE_SOLVE_PATH` was imported, and the solve ran with
+    the cyclic garbage collector enabled, the start's objects frozen (planner.cli.startup),
+    and OpenBLAS's thread count set to 1 where the environment does not set it."""
+    driver = ("import gc, json, os, sys\n"
+              "import planner.pipeline as pipeline\n"
+              "real, seen = pipeline.plan, []\n"
+              "def plan(*a, **k):\n"
+              "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0, os.environ['OPENBLAS_NUM_THREADS']))\n"
+              "    return real(*a, **k)\n"
+              "pipeline.plan = plan\n"
+              "from planner.cli import run\n"
+              "sys.argv = ['planner', 'solve', 'problems/chat-70b.yaml', '--json', '--no-pareto']\n"
+              "try:\n"
+              "    run()\n"
+              "except SystemExit as exc:\n"
+              "    code = exc.code\n"
+              "print(json.dumps({'code': code, 'modules': sorted(sys.modules), 'gc': seen}), file=sys.stderr)\n")
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT, env=env)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert report["code"] == 0, proc.stderr
+    # the solve runs with the collector on, the start's objects frozen, OpenBLAS on one thread
+    assert report["gc"] == [[True, True, "1"]]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "optimal" and doc["plans"] and doc["pareto"] == [] and "verification" not in doc
     loaded = set(report["modules"])
@@ -61,3 +77,17 @@ def test_solve_json_imports_only_what_it_uses():
     imported = sorted(m for m in loaded if m.split(".")[0] in ("planner", "matplotlib")
                       and any(m == n or m.startswith(n + ".") for n in NOT_ON_THE_SOLVE_PATH))
     assert imported == []
+
+
+@pytest.mark.parametrize("argv", [[name, "x.yaml", "--json"] for name in
+                                  ("eval", "knee", "sweep", "train", "catalog", "solve", "validate", "simulate",
+                                   "budget", "accuracy", "calibrate", "import-bench")]
+                         + [["--catalog-dir", "catalogs", "solve", "x.yaml"], ["--catalog-dir=catalogs", "validate"],
+                            ["sol", "x.yaml"], ["--help"], ["nonsense"], []])
+def test_command_of_a_run_is_the_one_argparse_reads(argv):
+    """The shortcut for a command name first gives what the probe parser reads."""
+    from planner import cli
+
+    assert cli._command_of(argv) == cli._probed_command(argv)
+    if argv and argv[0] in cli.COMMAND_MODULES:
+        assert cli._command_of(argv) == argv[0]

@@ -13,6 +13,7 @@ import importlib
 import os
 import sys
 
+from planner.cli import startup
 from planner.cli.helpers import (  # noqa: F401 - the exit codes are part of this module's interface
     EXIT_INFEASIBLE,
     EXIT_INPUT,
@@ -67,7 +68,18 @@ def build_parser(command: str | None = None, add_help: bool = True, help_lines: 
 
 def _command_of(argv) -> str:
     """The command ``argv`` runs, as argparse reads it (options, abbreviations), or "" when it
-    names none (``planner --help``, a usage error: the full parse reports it)."""
+    names none (``planner --help``, a usage error: the full parse reports it).
+
+    ``planner COMMAND ...`` (a command name first, the usual form) is that command without
+    building the probe parser (process start: a parser with every subcommand costs some ms,
+    mostly argparse's message lookups); anything else is parsed (:func:`_probed_command`)."""
+    if argv and argv[0] in COMMAND_MODULES:
+        return argv[0]
+    return _probed_command(argv)
+
+
+def _probed_command(argv) -> str:
+    """:func:`_command_of` by a parse of ``argv`` with every command's name and no flags."""
     probe = build_parser(command="", add_help=False, help_lines=False)
     try:
         args, _ = probe.parse_known_args(argv)
@@ -105,6 +117,8 @@ def _run(argv) -> int:
     try:
         args = parser.parse_args(argv)
         check_flags(parser, args)
+        if not getattr(args.func, "resumes_gc", False):
+            startup.resume()          # the collector runs while the command computes
         return args.func(args)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -133,6 +147,16 @@ def run() -> None:
     It turns pydantic's plugins off unless the environment says otherwise: the planner uses
     none, and looking them up reads the metadata of every installed package at the first
     validation (tens of ms per run); ``PYDANTIC_DISABLE_PLUGINS=`` (empty) looks them up.
+    Likewise numpy's OpenBLAS gets one thread (``OPENBLAS_NUM_THREADS=1``) unless the
+    environment sets it: the planner does no linear algebra (its numpy work is element-wise,
+    and the serving kernel runs its own threads, :mod:`planner.serving.parallel`), and
+    starting a thread per core when numpy is imported costs some 30 ms of CPU per run.
+    The cyclic garbage collector is paused while the command's modules import and frozen
+    before the exit (:mod:`planner.cli.startup`).
     """
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    sys.exit(main())
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    startup.pause()
+    code = main()
+    startup.freeze_for_exit()
+    sys.exit(code)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from planner.cli import startup
 from planner.cli.helpers import (EXIT_INFEASIBLE, EXIT_OK, EXIT_UNKNOWN, catalog_from, confidence, fraction,
                                  positive_int, print_json, print_warnings)
 from planner.errors import PlanningInputError
@@ -38,12 +39,14 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_solve)
 
 
+@startup.resumes_itself
 def cmd_solve(args) -> int:
     from planner.outputs.result_json import result_text, result_to_dict
     from planner.pipeline import plan
     from planner.problem import load_problem
 
     problem = _with_margins(load_problem(args.problem, catalog_from(args)), args)
+    startup.resume()              # imported and loaded: the collector runs during the solve
     if args.out:
         from planner.outputs.writer import check_out_dir
 

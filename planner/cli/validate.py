@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from planner.cli import startup
 from planner.cli.helpers import EXIT_OK, catalog_from, print_json, print_warnings
 
 
@@ -18,10 +19,12 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_validate)
 
 
+@startup.resumes_itself
 def cmd_validate(args) -> int:
     from planner.problem import load_problem
 
     problem = load_problem(args.problem, catalog_from(args))
+    startup.resume()              # imported and loaded
     if problem.spec.procurement is not None:
         from planner.procurement.spec import parse_procurement
 

@@ -42,9 +42,18 @@ def _workload_entry(r, margins: Margins, verify_columns: tuple = ()) -> dict:
     return out
 
 
-def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem=None,
-                verify_columns: tuple = ()) -> dict:
-    mine = routing[routing["candidate_id"] == dep["candidate_id"]]
+def _routes_by_candidate(routing: pd.DataFrame) -> dict:
+    """The rows of a plan's routing table (named tuples, in table order) per candidate id:
+    one pass over the table for all its deployments."""
+    routes: dict = {}
+    for r in routing.itertuples():
+        routes.setdefault(r.candidate_id, []).append(r)
+    return routes
+
+
+def _deployment(dep: dict, routes: list, margins: Margins, problem=None, verify_columns: tuple = ()) -> dict:
+    """One deployment of a plan: ``dep`` is its row of the plan's deployments table as a
+    mapping (``DataFrame.to_dict("records")``), ``routes`` its rows of the routing table."""
     out = {
         "candidate_id": dep["candidate_id"], "gpu": dep["gpu"],
         "model": dep.get("model"), "name": dep.get("name"),
@@ -55,7 +64,7 @@ def _deployment(dep: pd.Series, routing: pd.DataFrame, margins: Margins, problem
         "quality": ({"recovery": _none_if_nan(dep["quality_recovery"]), "source": dep["quality_source"]}
                     if "quality_source" in dep else None),
         "planned_load_fraction": _none_if_nan(float(dep.get("planned_load_fraction", dep["load_fraction"]))),
-        "workloads": {r.workload: _workload_entry(r, margins, verify_columns) for r in mine.itertuples()},
+        "workloads": {r.workload: _workload_entry(r, margins, verify_columns) for r in routes},
     }
     out.update(_calibration_fields(problem, dep["gpu"], out["workloads"]))
     out = {k: v for k, v in out.items() if v is not None}
@@ -104,6 +113,7 @@ def result_to_dict(result: PlanResult) -> dict:
         verify_columns = ()
     plans = []
     for p in result.plans:
+        routes = _routes_by_candidate(p.routing)
         plans.append({
             "rank": p.rank, "usd_per_hour": p.usd_per_hour,
             "usd_per_million_tokens": p.usd_per_million_tokens,
@@ -111,8 +121,8 @@ def result_to_dict(result: PlanResult) -> dict:
             "usd_per_million_total_tokens": p.usd_per_million_total_tokens,
             "gpus": int(p.deployments["gpus"].sum()),
             "gpus_by_type": p.gpus_by_type,
-            "deployments": [_deployment(d, p.routing, margins, problem, verify_columns)
-                            for _, d in p.deployments.iterrows()],
+            "deployments": [_deployment(d, routes.get(d["candidate_id"], []), margins, problem, verify_columns)
+                            for d in p.deployments.to_dict(orient="records")],
         })
     pareto = [] if result.pareto.empty else [
         {k: _none_if_nan(v) for k, v in row.items()} for row in result.pareto.to_dict(orient="records")]

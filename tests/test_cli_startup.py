@@ -1,0 +1,65 @@
+"""The cyclic garbage collector at a ``planner`` process's start and exit (planner.cli.startup, issue 19).
+
+In-process: the pause, its end (frozen, enabled again), no change without a pause, and the
+dispatcher ending the pause before a command that does not end it itself. The real process
+(``planner.cli.run``) is checked in tests/test_cli_dispatch.py.
+"""
+
+import gc
+
+import pytest
+
+from planner import cli
+from planner.cli import startup
+
+
+@pytest.fixture
+def collector():
+    """Restore the collector's state after the test (enabled, nothing frozen by the test)."""
+    was = gc.isenabled()
+    frozen = gc.get_freeze_count()
+    yield
+    startup.resume()
+    gc.unfreeze()
+    if frozen:                     # whatever was frozen before the test stays frozen
+        gc.freeze()
+    (gc.enable if was else gc.disable)()
+
+
+def test_pause_then_resume_freezes_what_is_alive_and_enables(collector):
+    gc.unfreeze()
+    startup.pause()
+    assert not gc.isenabled()
+    alive = [object() for _ in range(3)]           # noqa: F841 - alive at the resume
+    startup.resume()
+    assert gc.isenabled() and gc.get_freeze_count() > 0
+    frozen = gc.get_freeze_count()
+    startup.resume()                                # once only: no second freeze
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
+
+
+def test_without_a_pause_resume_changes_nothing(collector):
+    gc.unfreeze()
+    startup.resume()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    gc.disable()                                    # disabled by someone else: not the planner's to enable
+    startup.pause()
+    startup.resume()
+    assert not gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def _register(sub):
+    sub.add_parser("gc-probe").set_defaults(func=lambda args: print(gc.isenabled()) or 0)
+
+
+def test_dispatcher_ends_the_pause_before_a_command_that_does_not(collector, monkeypatch, capsys):
+    monkeypatch.setattr(cli, "_EXTRA_COMMANDS", [_register])
+    startup.pause()
+    assert cli.main(["gc-probe"]) == 0
+    assert capsys.readouterr().out == "True\n"
+    assert gc.isenabled()
+
+
+def test_solve_and_validate_end_the_pause_themselves():
+    assert cli.command_module("solve").cmd_solve.resumes_gc is True
+    assert cli.command_module("validate").cmd_validate.resumes_gc is True
