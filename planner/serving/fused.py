@@ -59,8 +59,8 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     # read fraction of dense rows and, without users, every queue wait are exactly 0
     float_keys = _FLOAT_KEYS + (("usd_per_million_tokens",) if usd_per_gpu_hour is not None else ())
     out = {key: staggered(rows, i, zero=key in _ZERO_KEYS) for i, key in enumerate(float_keys)}
-    out["fits"] = np.empty(rows, dtype=bool)
-    out["bound"] = np.empty(rows, dtype=_BOUND_LABELS.dtype)
+    out["fits"] = staggered(rows, len(out), bool)
+    out["bound"] = staggered(rows, len(out), _BOUND_LABELS.dtype)
     if usd_per_gpu_hour is not None:
         usd_per_gpu_hour = np.asarray(usd_per_gpu_hour, dtype=float)
     if users is not None:
