@@ -80,3 +80,19 @@ def test_fused_pass_equals_the_reference_bit_for_bit_on_edge_rows(edge_rows, blo
     assert np.isinf(got["tpot_s"]).any()
     fraction = got["expert_read_fraction"]
     assert (fraction == 1.0).any() and ((fraction > 0) & (fraction < 1)).any() and (fraction == 0).any()
+
+
+def test_fused_pass_equals_the_reference_with_scalar_columns(edge_rows):
+    """One model's columns (or the parallelism) as scalars, the rest per row: the pass's
+    subsets (MoE rows, windows, ...) are then every row or none."""
+    from planner.serving.arrays import MODEL_COLUMNS
+
+    n = edge_rows.shape[0]
+    moe_row = int(np.flatnonzero(edge_rows.num_experts > 0)[0])
+    for columns in (MODEL_COLUMNS, ("tp", "pp", "batch")):
+        c = edge_rows.replace(**{k: float(getattr(edge_rows, k)[moe_row]) for k in columns})
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ref = ev.evaluate_reference(c, ServingParams(), np.full(n, 9.0), 2.0)
+            got = ev.evaluate_rows(c, ServingParams(), np.full(n, 9.0), 2.0, rows=n, block_rows=5, threads=2)
+        for key in ref:
+            assert np.asarray(got[key]).tobytes() == np.broadcast_to(ref[key], (n,)).tobytes(), (columns[0], key)
