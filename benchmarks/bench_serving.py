@@ -6,8 +6,10 @@ Builds random configurations (every catalog GPU with a compute figure x models x
 batch x context), then times ``planner.serving.evaluate.evaluate`` on all of them at once
 (every output of ``planner eval``, cost included) and prints configurations per second
 (best of the repeats, by wall time and by the process's CPU time, which other jobs on a
-shared machine disturb less), with one thread and with ``--threads`` (default: what
-``PLANNER_THREADS`` or the CPU count gives, :mod:`planner.serving.parallel`).
+shared machine disturb less, each line with the load average), with one thread and with
+``--threads`` (default: what ``PLANNER_THREADS`` or the CPU count gives,
+:mod:`planner.serving.parallel`); a first line times the process's first call alone
+(what a ``planner`` command pays: fresh outputs and thread buffers).
 
 The search reads only a few of those outputs; its own use of the serving model is the
 capacity at SLO of every live configuration (``planner.serving.queueing.capacities_at_slos``
@@ -64,7 +66,7 @@ def with_threads(threads: int, call):
 
 def report(label: str, n: int, wall: float, cpu: float) -> None:
     print(f"{label}: {wall:.3f} s wall -> {n / wall:,.0f} configurations/s; "
-          f"{cpu:.3f} s CPU -> {n / cpu:,.0f} configurations/s")
+          f"{cpu:.3f} s CPU -> {n / cpu:,.0f} configurations/s; load average {os.getloadavg()[0]:.2f}")
 
 
 def main() -> None:
@@ -101,6 +103,9 @@ def main() -> None:
     def call():
         out.update(evaluate(arrays, params, usd_per_gpu_hour=2.5))
 
+    # the planner's own use: one call per model in a process (fresh outputs and buffers)
+    wall, cpu = with_threads(1, lambda: best_of(1, call))
+    report("evaluate, 1 thread, first call of the process", n, wall, cpu)
     for count in dict.fromkeys([1, threads]):
         wall, cpu = with_threads(count, lambda: best_of(args.repeats, call))
         report(f"evaluate, {count} thread{'s' if count > 1 else ''} (best of {args.repeats})", n, wall, cpu)

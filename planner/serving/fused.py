@@ -59,8 +59,8 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     # read fraction of dense rows and, without users, every queue wait are exactly 0
     float_keys = _FLOAT_KEYS + (("usd_per_million_tokens",) if usd_per_gpu_hour is not None else ())
     out = {key: staggered(rows, i, zero=key in _ZERO_KEYS) for i, key in enumerate(float_keys)}
-    out["fits"] = np.empty(rows, dtype=bool)
-    out["bound"] = np.empty(rows, dtype=_BOUND_LABELS.dtype)
+    out["fits"] = staggered(rows, len(out), bool)
+    out["bound"] = staggered(rows, len(out), _BOUND_LABELS.dtype)
     if usd_per_gpu_hour is not None:
         usd_per_gpu_hour = np.asarray(usd_per_gpu_hour, dtype=float)
     if users is not None:
@@ -96,24 +96,15 @@ def _few(mask, n: int) -> np.ndarray | None:
     return rows if rows.size else None
 
 
-def _expert_fraction(miss, saturated, tokens, known=None) -> np.ndarray:
+def _expert_fraction(miss, saturated, tokens) -> np.ndarray:
     """1 - miss^tokens on MoE rows (roofline.expert_read_fraction), the power taken only
     where the result is not exactly 1.0 (``tokens > saturated``,
-    :func:`planner.serving.roofline.saturation_tokens`) and, with ``known = (tokens0, fraction0)``, only where the token counts differ from
-    ``tokens0`` (elsewhere ``fraction0`` is reused)."""
+    :func:`planner.serving.roofline.saturation_tokens`)."""
     m = miss.size
     tokens = _broadcast(tokens, m)
-    if known is not None:
-        out = known[1].copy()
-        todo = _few(tokens != known[0], m)
-        if todo is None:
-            return out
-        pending = todo[~(tokens[todo] > saturated[todo])]
-        out[todo] = 1.0
-    else:
-        out = np.ones(m)
-        pending = _few(~(tokens > saturated), m)
-    if pending is not None and pending.size:
+    out = np.ones(m)
+    pending = _few(~(tokens > saturated), m)
+    if pending is not None:
         out[pending] = 1.0 - miss[pending] ** tokens[pending]
     return out
 
@@ -160,9 +151,9 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     b_kv = mul(b, kv_seq, out=t("b_kv"))        # also the KV term of the arithmetic intensity
     kv_needed = mul(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
     concurrency = div(budget, kv_per_gpu, out=out["max_concurrency"])
-    empty = _few(~(kv_per_gpu > 0), n)
-    if empty is not None:
-        concurrency[empty] = np.inf
+    holds = np.greater(kv_per_gpu, 0.0, out=t("holds").view(bool)[:n])
+    if not holds.all():     # no KV per sequence (rare): unbounded
+        concurrency[~holds] = np.inf
     np.floor(concurrency, out=concurrency)
     np.maximum(concurrency, 0.0, out=concurrency)
     np.logical_and(budget > 0, kv_needed <= budget, out=out["fits"])
@@ -177,23 +168,34 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     if moe is None:         # the expert read fraction stays 0 (zero-filled)
         read_micro = read_prompt = read_batch = dense_read
     else:
+        m = moe.size
         experts = _at(c["num_experts"], moe)
-        miss = _broadcast(1.0 - _at(c["experts_per_token"], moe) / np.maximum(experts, 1), moe.size)
+        miss = _broadcast(1.0 - _at(c["experts_per_token"], moe) / np.maximum(experts, 1), m)
         saturated = saturation_tokens(miss)
-        stage_tokens = _at(per_stage, moe)
-        stage_fraction = _expert_fraction(miss, saturated, stage_tokens)
-        out["expert_read_fraction"][moe] = stage_fraction
+        stage_tokens = _broadcast(_at(per_stage, moe), m)
+        fraction = out["expert_read_fraction"]
+        fraction[moe] = _expert_fraction(miss, saturated, stage_tokens)
         eb, base = _at(expert_bytes, moe), _at(dense_read, moe)
+        # at b/S tokens on every row: dense rows read no expert (x 0), MoE rows base + eb f
+        read_stage = mul(expert_bytes, fraction, out=t("read_stage"))
+        np.add(dense_read, read_stage, out=read_stage)
 
-        def read(name, tokens, known):
+        def read(name, tokens):
+            """The weight read at ``tokens`` per row: the one at b/S, except on the MoE
+            rows where ``tokens`` differ (the micro-batch where b < S, the batch where S > 1)."""
+            tokens = _broadcast(_at(tokens, moe), m)
+            todo = _few(tokens != stage_tokens, m)
+            if todo is None:
+                return read_stage
             got = t(name)
-            got[...] = dense_read
-            got[moe] = base + eb * _expert_fraction(miss, saturated, _at(tokens, moe), known)
+            got[...] = read_stage
+            got[moe[todo]] = base[todo] + eb[todo] * _expert_fraction(miss[todo], saturated[todo], tokens[todo])
             return got
 
-        known = (stage_tokens, stage_fraction)   # the micro-batch is b/S but where b < S
-        read_micro, read_prompt, read_batch = (read("read_micro", micro, known), read("read_prompt", pt, None),
-                                               read("read_batch", b, known))
+        read_micro, read_batch = read("read_micro", micro), read("read_batch", b)
+        read_prompt = t("read_prompt")
+        read_prompt[...] = dense_read
+        read_prompt[moe] = base + eb * _expert_fraction(miss, saturated, _at(pt, moe))
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
     coeff = np.subtract(tp, 1.0, out=t("coeff"))
@@ -202,7 +204,8 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     coeff *= a
     tau = _link_latency(c["link_kind"], p, t("tau"))
     two_L = mul(2.0, L, out=t("two_L"))
-    multi = np.greater(tp, 1, out=t("multi").view(bool)[:n])   # x 0/1 below (a bool factor)
+    multi = np.greater(tp, 1, out=t("multi").view(bool)[:n])
+    two_L_on = mul(two_L, multi, out=t("two_L_on"))   # (2L y) x 0/1 = (2L x 0/1) y for y >= 0, inf, NaN
     no_link = _few(~(link > 0), n)
     hop_lat = p["pipeline_hop_latency_s"]
     stages_m1 = np.subtract(pp, 1.0, out=t("stages_m1"))
@@ -214,8 +217,7 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
         if no_link is not None:
             transfer[no_link] = np.inf
         transfer += tau
-        got = mul(two_L, transfer, out=t(name))
-        got *= multi
+        got = mul(two_L_on, transfer, out=t(name))
         if no_link is not None:   # inf * 0 is NaN: the reference's where there
             got[no_link] = np.where(_at(multi, no_link), _at(got, no_link), 0.0)
         return got
