@@ -107,6 +107,33 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
     runs and worker counts. With a non-zero gap limit the status is at best
     ``feasible`` unless the gap closed.
     """
+    return finish_solve(built, cost_phase(built, options, hint), options)
+
+
+@dataclass(eq=False)
+class CostPhase:
+    """Phase 1 of :func:`run_solver` (the cost solve), finished by :func:`finish_solve`.
+
+    ``y``, ``cost_units``, ``bound_units``, ``gap``: None without a plan; ``status``
+    ``optimal`` only when proven with gap 0; ``key``: the proven optimum of the combined
+    objective ``weight * cost + T`` (None unless optimal with a combined objective).
+    """
+
+    solver: cp_model.CpSolver
+    solving: SolverOptions
+    status: SolveStatus
+    params: dict
+    weight: int | None
+    seconds: float
+    y: np.ndarray | None = None
+    cost_units: int | None = None
+    bound_units: int | None = None
+    gap: float | None = None
+    key: int | None = None
+
+
+def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = None) -> CostPhase:
+    """The cost solve of :func:`run_solver` (its phase 1)."""
     start = time.perf_counter()
     weight = tie_break_weight(built)
     model = built.model.clone()
@@ -126,8 +153,9 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
               "prove_unique_plan": options.prove_unique_plan, "combined_objective_weight": weight,
               "proven_unique": False, "num_solves": 1,
               "wall_time_s": {"cost": time.perf_counter() - start}}
+    phase = CostPhase(solver, solving, status, params, weight, time.perf_counter() - start)
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
-        return SolveResult(status, None, None, None, time.perf_counter() - start, params, built.scales)
+        return phase
     y = np.asarray(solver.values(built.replicas), dtype=np.int64)
     cost_units = int(built.price_units.to_numpy(dtype=object) @ y.astype(object))
     if code == cp_model.OPTIMAL and options.relative_gap_limit == 0:
@@ -140,20 +168,40 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
     bound_units = min(max(bound_units, 0), cost_units)
     gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
     if status == SolveStatus.OPTIMAL and gap > 0:
-        status = SolveStatus.FEASIBLE      # optimal only within the gap limit
-    if status == SolveStatus.OPTIMAL:
-        tie_units = None if weight is None else int(built.tie_break_weights.to_numpy() @ y)
-        y, x, report = canonical_solution(built, solving, cost_units, tie_units, solver)
+        phase.status = SolveStatus.FEASIBLE      # optimal only within the gap limit
+    phase.y, phase.cost_units, phase.bound_units, phase.gap = y, cost_units, bound_units, gap
+    if phase.status == SolveStatus.OPTIMAL and weight is not None:
+        phase.key = weight * cost_units + int(built.tie_break_weights.to_numpy() @ y)
+    return phase
+
+
+def finish_solve(built: BuiltModel, phase: CostPhase, options: SolverOptions, *,
+                 one_support: bool = False) -> SolveResult:
+    """:func:`run_solver`'s result from its cost phase: the canonical plan when proven optimal.
+
+    ``one_support``: every plan of the optimal face is known to deploy the set that
+    ``phase`` deploys (:mod:`planner.optimize.cutseq`), so the uniqueness proof only
+    compares replica counts on that set.
+    """
+    start = time.perf_counter()
+    params = phase.params
+    if phase.y is None:
+        return SolveResult(phase.status, None, None, None, phase.seconds, params, built.scales)
+    y = phase.y
+    if phase.status == SolveStatus.OPTIMAL:
+        tie_units = None if phase.weight is None else int(built.tie_break_weights.to_numpy() @ y)
+        y, x, report = canonical_solution(built, phase.solving, phase.cost_units, tie_units, phase.solver,
+                                          one_support=one_support)
         params.update(proven_unique=report.proven_unique, num_solves=1 + report.num_solves)
         params["wall_time_s"].update(report.wall_time_s)
     else:
-        x = np.asarray(solver.values(built.traffic), dtype=np.int64)
+        x = np.asarray(phase.solver.values(built.traffic), dtype=np.int64)
     replicas = pd.Series(y, index=built.replicas.index, name="replicas")
     traffic = pd.Series(x, index=built.traffic.index, name="traffic_units", dtype=np.int64)
     price = built.candidates["usd_per_replica_hour"].to_numpy(float)
     objective = math.fsum(price * y)
-    return SolveResult(status, objective, bound_units / COST_UNITS_PER_USD, gap,
-                       time.perf_counter() - start, params, built.scales, replicas, traffic)
+    return SolveResult(phase.status, objective, phase.bound_units / COST_UNITS_PER_USD, phase.gap,
+                       phase.seconds + time.perf_counter() - start, params, built.scales, replicas, traffic)
 
 
 def solving_options(options: SolverOptions, num_variables: int) -> SolverOptions:

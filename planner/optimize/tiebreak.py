@@ -71,7 +71,8 @@ class TieBreakReport:
 
 
 def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: int, tie_units: int | None,
-                       solver: cp_model.CpSolver) -> tuple[np.ndarray, np.ndarray, TieBreakReport]:
+                       solver: cp_model.CpSolver, *, one_support: bool = False
+                       ) -> tuple[np.ndarray, np.ndarray, TieBreakReport]:
     """Canonical optimal plan on the optimal face ``cost <= cost_units``.
 
     Parameters
@@ -87,6 +88,9 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
         minimized it already (combined objective); None to minimize it here.
     solver : cp_model.CpSolver
         The solver holding an optimal solution (the first hint).
+    one_support : bool, default False
+        Every plan on the face is known to deploy the incumbent's candidates
+        (:mod:`planner.optimize.cutseq`): the proof fixes ``use`` to them, a far smaller search.
 
     Returns
     -------
@@ -152,6 +156,9 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
     kept = _Incumbent(*(v.copy() for v in (inc.replicas, inc.traffic, inc.use, inc.spare)))
     if options.prove_unique_plan:
         start = time.perf_counter()
+        if one_support:
+            for var, value in zip(built.use, inc.replicas):
+                face.add(var == int(value > 0))
         report.num_solves += 1
         if _no_other_replicas(face, built, inc.replicas, new_solver(options, options.time_limit_s)):
             report.proven_unique = True
