@@ -29,7 +29,7 @@ from ortools.sat.python import cp_model
 
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
-from planner.optimize.solve import CostPhase, SolveResult, cost_phase, finish_solve
+from planner.optimize.solve import CostPhase, SolveResult, cost_phase, finish_solve, greedy_hint
 
 
 def no_good_cut(built: BuiltModel, used) -> list:
@@ -43,6 +43,7 @@ class CutSequence:
     def __init__(self, built: BuiltModel, model: cp_model.CpModel):
         self.built, self.model = built, model
         self.pending: tuple[frozenset, CostPhase] | None = None
+        self._greedy: tuple | None = None
 
     def solve(self, options: SolverOptions, look_ahead: bool = True,
               ahead_options: SolverOptions | None = None) -> SolveResult:
@@ -50,14 +51,16 @@ class CutSequence:
         ``ahead_options``: those of the next solve (default ``options``), which the
         looked-ahead cost solve uses."""
         current = replace(self.built, model=self.model)
-        phase = self.pending[1] if self.pending is not None else cost_phase(current, options)
+        phase = (self.pending[1] if self.pending is not None
+                 else cost_phase(current, options, greedy=self.greedy()))
         self.pending = None
         if not (look_ahead and options.prove_unique_plan and phase.key is not None):
             return finish_solve(current, phase, options)
         support = frozenset(self.built.replicas.index[phase.y > 0])
         ahead_model = self.model.clone()
         ahead_model.add_bool_or(no_good_cut(self.built, support))
-        ahead = cost_phase(replace(self.built, model=ahead_model), ahead_options or options)
+        ahead = cost_phase(replace(self.built, model=ahead_model), ahead_options or options,
+                           greedy=self.greedy())
         decided = ahead.status == SolveStatus.INFEASIBLE or ahead.key is not None
         one_support = ahead.status == SolveStatus.INFEASIBLE or (ahead.key is not None and ahead.key > phase.key)
         result = finish_solve(current, phase, options, one_support=one_support)
@@ -65,6 +68,12 @@ class CutSequence:
                 self.built.replicas.index[result.replicas.to_numpy() > 0]) == support:
             self.pending = (support, ahead)
         return result
+
+    def greedy(self) -> tuple:
+        """The greedy hint of the sequence's data (the same for every solve), computed once."""
+        if self._greedy is None:
+            self._greedy = greedy_hint(self.built)
+        return self._greedy
 
     def forbid(self, used) -> None:
         """Add the cut of a deployed set (keeping the looked-ahead solve when it is that set's)."""

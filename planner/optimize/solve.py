@@ -16,7 +16,7 @@ from planner.optimize.blocks import emitted, split_model
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
-from planner.optimize.tiebreak import TIE_BREAK_RULE, canonical_solution, new_solver, tie_break_weight
+from planner.optimize.tiebreak import TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, tie_break_weight
 
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
            cp_model.INFEASIBLE: SolveStatus.INFEASIBLE, cp_model.MODEL_INVALID: SolveStatus.MODEL_INVALID,
@@ -132,15 +132,18 @@ class CostPhase:
     key: int | None = None
 
 
-def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = None) -> CostPhase:
-    """The cost solve of :func:`run_solver` (its phase 1)."""
+def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = None,
+               greedy: tuple | None = None) -> CostPhase:
+    """The cost solve of :func:`run_solver` (its phase 1); ``greedy``: :func:`greedy_hint`
+    of ``built`` when the caller has it."""
     start = time.perf_counter()
     weight = tie_break_weight(built)
     model = built.model.clone()
     if weight is not None:          # one solve: cost first, weighted-replica tie-break second
         model.minimize(weight * built.cost_expr + built.tie_break_expr)
     if hint is None:
-        _add_greedy_hint(model, built)
+        for variables, values in greedy if greedy is not None else greedy_hint(built):
+            add_hints(model, variables, values)
     else:
         _add_plan_hint(model, built, hint)
     solving = solving_options(options, len(model.proto.variables))
@@ -285,13 +288,15 @@ def solve_blocks(built: BuiltModel, options: SolverOptions = SolverOptions(), hi
                            time.perf_counter() - start)
 
 
-def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
-    """Hint: each workload wholly on its cheapest candidate per request, replicas rounded up.
+def greedy_hint(built: BuiltModel) -> tuple:
+    """Hint: each workload wholly on its cheapest candidate per request, replicas rounded up,
+    as (variables, values) pairs (:func:`cost_phase` adds them; a sequence of solves of one
+    model's data computes them once).
 
     It ignores inventory, budget and distinct-config limits; CP-SAT repairs or drops it.
     """
     if not len(built.traffic):
-        return
+        return ()
     pairs = built.traffic.index
     ids = pairs.get_level_values("candidate_id")
     price = built.price_units.loc[ids].to_numpy(float)
@@ -320,18 +325,15 @@ def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
         if cid in built.spare.index and workload in built.instance.redundancy_workloads:
             spare[built.replicas.index.get_loc(cid)] = 1
     y = -(-load.to_numpy() // units) + spare
-    for series, values in ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
-                           (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)])):
-        for var, value in zip(series, values):
-            model.add_hint(var, int(value))
+    return ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
+            (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)]))
 
 
 def _add_plan_hint(model: cp_model.CpModel, built: BuiltModel, hint: dict) -> None:
     """Hint the replicas (and use) of a known plan; CP-SAT repairs it where it no longer fits."""
-    for cid, var in built.replicas.items():
-        model.add_hint(var, int(hint.get(cid, 0)))
-    for cid, var in built.use.items():
-        model.add_hint(var, int(hint.get(cid, 0) > 0))
+    y = [int(hint.get(cid, 0)) for cid in built.replicas.index]
+    add_hints(model, built.replicas, y)
+    add_hints(model, built.use, [v > 0 for v in y])
 
 
 def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
