@@ -64,17 +64,17 @@ def test_sigterm_during_solve_runs_cleanup_in_process(tmp_path, monkeypatch):
     """SIGTERM (a caught signal) becomes exit 143 with the same cleanup; handlers are restored."""
     import os
 
-    import planner.optimize.nextplan as kbest
+    import planner.optimize.cutseq as kbest     # every solve of the ranking ends in finish_solve
     from hardening_helpers import cli
 
-    real = kbest.run_solver
+    real = kbest.finish_solve
 
     def terminated(*args, **kwargs):
         result = real(*args, **kwargs)
         os.kill(os.getpid(), signal.SIGTERM)
         return result
 
-    monkeypatch.setattr(kbest, "run_solver", terminated)
+    monkeypatch.setattr(kbest, "finish_solve", terminated)
     before = signal.getsignal(signal.SIGTERM)
     rc, out, err = cli("solve", write(tmp_path, tiny()), "--out", tmp_path / "out")
     assert rc == 128 + signal.SIGTERM and "interrupted" in err

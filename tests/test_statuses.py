@@ -11,14 +11,14 @@ from planner.cli import EXIT_INFEASIBLE, EXIT_UNKNOWN
 
 def test_time_limit_without_decision_is_unknown_exit_4(tmp_path, monkeypatch):
     """CP-SAT stopped by its time limit with no plan and no proof: status unknown, exit 4."""
-    from planner.optimize import nextplan as kbest
+    from planner.optimize import cutseq as kbest     # the ranking's cost solves
     from planner.optimize.instance import SolveStatus
-    from planner.optimize.solve import SolveResult
+    from planner.optimize.solve import CostPhase
 
-    def undecided(built, options):
-        return SolveResult(SolveStatus.UNKNOWN, None, None, None, options.time_limit_s, {}, built.scales)
+    def undecided(built, options, hint=None, greedy=None):
+        return CostPhase(None, options, SolveStatus.UNKNOWN, {}, None, options.time_limit_s)
 
-    monkeypatch.setattr(kbest, "run_solver", undecided)
+    monkeypatch.setattr(kbest, "cost_phase", undecided)
     rc, out, err = cli("solve", write(tmp_path, tiny()), "--json", "--time-limit", "0.5")
     assert rc == EXIT_UNKNOWN == 4, err
     doc = json.loads(out)

@@ -32,14 +32,15 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
-from planner.optimize.solve import SolveResult, combine_results, run_solver
+from planner.optimize.cutseq import CutSequence
+from planner.optimize.solve import SolveResult, combine_results
 from planner.optimize.tiebreak import tie_break_weight
 
 #: The kinds of model a search step solves (see the module docstring).
@@ -85,31 +86,28 @@ def meets_min_load(built: BuiltModel, result: SolveResult, fraction: float) -> b
     return True
 
 
-def _cut(built: BuiltModel, used: set) -> list:
-    """The no-good cut of one deployed set over the model's ``use`` variables."""
-    return [~var if cid in used else var for cid, var in built.use.items()]
-
-
 class WholeModelSearch:
-    """The search on the whole model: each cut added to CP-SAT models solved again."""
+    """The search on the whole model: each cut added to CP-SAT models solved again (each
+    model's sequence of solves looks the next one ahead, :mod:`planner.optimize.cutseq`)."""
 
     def __init__(self, built: BuiltModel, options: SolverOptions, later: SolverOptions,
                  min_load_fraction: float):
         self.built, self.options, self.later, self.fraction = built, options, later, min_load_fraction
-        self.plain, self.loaded = built.model.clone(), None
+        self.plain, self.loaded = CutSequence(built, built.model.clone()), None
 
     def next(self, kind: str) -> SolveResult:
         if kind == LOADED and self.loaded is None:
-            self.loaded = self.plain.clone()
-            add_min_load(self.loaded, self.built, self.fraction)
-        model = self.loaded if kind == LOADED else self.plain
-        return run_solver(replace(self.built, model=model), self.options if kind == FIRST else self.later)
+            model = self.plain.model.clone()
+            add_min_load(model, self.built, self.fraction)
+            self.loaded = CutSequence(self.built, model)
+        if kind == FIRST:       # the next solve is of the loaded model: nothing to look ahead
+            return self.plain.solve(self.options, look_ahead=False)
+        return (self.loaded if kind == LOADED else self.plain).solve(self.later)
 
     def forbid(self, used: set) -> None:
-        cut = _cut(self.built, used)
-        for model in (self.plain, self.loaded):
-            if model is not None:
-                model.add_bool_or(cut)
+        for sequence in (self.plain, self.loaded):
+            if sequence is not None:
+                sequence.forbid(used)
 
 
 class _Undecided(Exception):
@@ -131,9 +129,10 @@ class _BlockList:
     def __init__(self, block: BuiltModel, first: SolverOptions, later: SolverOptions, fraction: float | None,
                  mirror: "_BlockList | None" = None):
         self.block, self.first, self.later, self.fraction = block, first, later, fraction
-        self.model = block.model.clone()
+        model = block.model.clone()
         if fraction is not None:
-            add_min_load(self.model, block, fraction)
+            add_min_load(model, block, fraction)
+        self.sequence = CutSequence(block, model)
         # The plain model's list of this block: while its entries meet the minimum load they
         # are this (loaded) list's too (a canonical optimum of a model that also satisfies
         # added rows is the canonical optimum with them), so they are not solved again.
@@ -154,7 +153,7 @@ class _BlockList:
                 self._add(entry)
                 return
         self.mirror = None
-        result = run_solver(replace(self.block, model=self.model), self.later if self.entries else self.first)
+        result = self.sequence.solve(self.later if self.entries else self.first, ahead_options=self.later)
         if result.status == SolveStatus.INFEASIBLE:
             self.ended = True
             return
@@ -170,7 +169,7 @@ class _BlockList:
         if entry.result.status != SolveStatus.OPTIMAL:
             self.ended = True            # later entries would not be trustworthy
             return
-        self.model.add_bool_or(_cut(self.block, entry.used))
+        self.sequence.forbid(entry.used)
 
 
 class _Combinations:

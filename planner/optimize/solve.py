@@ -16,7 +16,7 @@ from planner.optimize.blocks import emitted, split_model
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
-from planner.optimize.tiebreak import TIE_BREAK_RULE, canonical_solution, new_solver, tie_break_weight
+from planner.optimize.tiebreak import TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, tie_break_weight
 
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
            cp_model.INFEASIBLE: SolveStatus.INFEASIBLE, cp_model.MODEL_INVALID: SolveStatus.MODEL_INVALID,
@@ -107,13 +107,43 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
     runs and worker counts. With a non-zero gap limit the status is at best
     ``feasible`` unless the gap closed.
     """
+    return finish_solve(built, cost_phase(built, options, hint), options)
+
+
+@dataclass(eq=False)
+class CostPhase:
+    """Phase 1 of :func:`run_solver` (the cost solve), finished by :func:`finish_solve`.
+
+    ``y``, ``cost_units``, ``bound_units``, ``gap``: None without a plan; ``status``
+    ``optimal`` only when proven with gap 0; ``key``: the proven optimum of the combined
+    objective ``weight * cost + T`` (None unless optimal with a combined objective).
+    """
+
+    solver: cp_model.CpSolver
+    solving: SolverOptions
+    status: SolveStatus
+    params: dict
+    weight: int | None
+    seconds: float
+    y: np.ndarray | None = None
+    cost_units: int | None = None
+    bound_units: int | None = None
+    gap: float | None = None
+    key: int | None = None
+
+
+def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = None,
+               greedy: tuple | None = None) -> CostPhase:
+    """The cost solve of :func:`run_solver` (its phase 1); ``greedy``: :func:`greedy_hint`
+    of ``built`` when the caller has it."""
     start = time.perf_counter()
     weight = tie_break_weight(built)
     model = built.model.clone()
     if weight is not None:          # one solve: cost first, weighted-replica tie-break second
         model.minimize(weight * built.cost_expr + built.tie_break_expr)
     if hint is None:
-        _add_greedy_hint(model, built)
+        for variables, values in greedy if greedy is not None else greedy_hint(built):
+            add_hints(model, variables, values)
     else:
         _add_plan_hint(model, built, hint)
     solving = solving_options(options, len(model.proto.variables))
@@ -126,8 +156,9 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
               "prove_unique_plan": options.prove_unique_plan, "combined_objective_weight": weight,
               "proven_unique": False, "num_solves": 1,
               "wall_time_s": {"cost": time.perf_counter() - start}}
+    phase = CostPhase(solver, solving, status, params, weight, time.perf_counter() - start)
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
-        return SolveResult(status, None, None, None, time.perf_counter() - start, params, built.scales)
+        return phase
     y = np.asarray(solver.values(built.replicas), dtype=np.int64)
     cost_units = int(built.price_units.to_numpy(dtype=object) @ y.astype(object))
     if code == cp_model.OPTIMAL and options.relative_gap_limit == 0:
@@ -140,20 +171,40 @@ def run_solver(built: BuiltModel, options: SolverOptions = SolverOptions(), hint
     bound_units = min(max(bound_units, 0), cost_units)
     gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
     if status == SolveStatus.OPTIMAL and gap > 0:
-        status = SolveStatus.FEASIBLE      # optimal only within the gap limit
-    if status == SolveStatus.OPTIMAL:
-        tie_units = None if weight is None else int(built.tie_break_weights.to_numpy() @ y)
-        y, x, report = canonical_solution(built, solving, cost_units, tie_units, solver)
+        phase.status = SolveStatus.FEASIBLE      # optimal only within the gap limit
+    phase.y, phase.cost_units, phase.bound_units, phase.gap = y, cost_units, bound_units, gap
+    if phase.status == SolveStatus.OPTIMAL and weight is not None:
+        phase.key = weight * cost_units + int(built.tie_break_weights.to_numpy() @ y)
+    return phase
+
+
+def finish_solve(built: BuiltModel, phase: CostPhase, options: SolverOptions, *,
+                 one_support: bool = False) -> SolveResult:
+    """:func:`run_solver`'s result from its cost phase: the canonical plan when proven optimal.
+
+    ``one_support``: every plan of the optimal face is known to deploy the set that
+    ``phase`` deploys (:mod:`planner.optimize.cutseq`), so the uniqueness proof only
+    compares replica counts on that set.
+    """
+    start = time.perf_counter()
+    params = phase.params
+    if phase.y is None:
+        return SolveResult(phase.status, None, None, None, phase.seconds, params, built.scales)
+    y = phase.y
+    if phase.status == SolveStatus.OPTIMAL:
+        tie_units = None if phase.weight is None else int(built.tie_break_weights.to_numpy() @ y)
+        y, x, report = canonical_solution(built, phase.solving, phase.cost_units, tie_units, phase.solver,
+                                          one_support=one_support)
         params.update(proven_unique=report.proven_unique, num_solves=1 + report.num_solves)
         params["wall_time_s"].update(report.wall_time_s)
     else:
-        x = np.asarray(solver.values(built.traffic), dtype=np.int64)
+        x = np.asarray(phase.solver.values(built.traffic), dtype=np.int64)
     replicas = pd.Series(y, index=built.replicas.index, name="replicas")
     traffic = pd.Series(x, index=built.traffic.index, name="traffic_units", dtype=np.int64)
     price = built.candidates["usd_per_replica_hour"].to_numpy(float)
     objective = math.fsum(price * y)
-    return SolveResult(status, objective, bound_units / COST_UNITS_PER_USD, gap,
-                       time.perf_counter() - start, params, built.scales, replicas, traffic)
+    return SolveResult(phase.status, objective, phase.bound_units / COST_UNITS_PER_USD, phase.gap,
+                       phase.seconds + time.perf_counter() - start, params, built.scales, replicas, traffic)
 
 
 def solving_options(options: SolverOptions, num_variables: int) -> SolverOptions:
@@ -237,13 +288,15 @@ def solve_blocks(built: BuiltModel, options: SolverOptions = SolverOptions(), hi
                            time.perf_counter() - start)
 
 
-def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
-    """Hint: each workload wholly on its cheapest candidate per request, replicas rounded up.
+def greedy_hint(built: BuiltModel) -> tuple:
+    """Hint: each workload wholly on its cheapest candidate per request, replicas rounded up,
+    as (variables, values) pairs (:func:`cost_phase` adds them; a sequence of solves of one
+    model's data computes them once).
 
     It ignores inventory, budget and distinct-config limits; CP-SAT repairs or drops it.
     """
     if not len(built.traffic):
-        return
+        return ()
     pairs = built.traffic.index
     ids = pairs.get_level_values("candidate_id")
     price = built.price_units.loc[ids].to_numpy(float)
@@ -272,18 +325,15 @@ def _add_greedy_hint(model: cp_model.CpModel, built: BuiltModel) -> None:
         if cid in built.spare.index and workload in built.instance.redundancy_workloads:
             spare[built.replicas.index.get_loc(cid)] = 1
     y = -(-load.to_numpy() // units) + spare
-    for series, values in ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
-                           (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)])):
-        for var, value in zip(series, values):
-            model.add_hint(var, int(value))
+    return ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
+            (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)]))
 
 
 def _add_plan_hint(model: cp_model.CpModel, built: BuiltModel, hint: dict) -> None:
     """Hint the replicas (and use) of a known plan; CP-SAT repairs it where it no longer fits."""
-    for cid, var in built.replicas.items():
-        model.add_hint(var, int(hint.get(cid, 0)))
-    for cid, var in built.use.items():
-        model.add_hint(var, int(hint.get(cid, 0) > 0))
+    y = [int(hint.get(cid, 0)) for cid in built.replicas.index]
+    add_hints(model, built.replicas, y)
+    add_hints(model, built.use, [v > 0 for v in y])
 
 
 def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:

@@ -79,3 +79,31 @@ def test_ranking_by_blocks_finds_the_whole_models_plans_in_order(seed, fraction,
     assert len(by_blocks) >= 2
     if fraction > 0.5:
         assert any(f.forced for f in by_blocks)
+
+
+@pytest.mark.parametrize("seed, split", [(0, True), (2, True), (5, False), (1, False)])
+def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monkeypatch):
+    """CutSequence takes each uniqueness proof's other-sets half from the next cost solve;
+    the plans (by blocks and on the whole model) are those of full proofs per solve."""
+    from planner.optimize import cutseq
+
+    inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
+    if not split:
+        monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    flags = []
+    finish = cutseq.finish_solve
+
+    def recording(built, phase, options, *, one_support=False):
+        flags.append(one_support)
+        return finish(built, phase, options, one_support=one_support)
+
+    monkeypatch.setattr(cutseq, "finish_solve", recording)
+    ahead = plan_alternatives(inst, 5, FAST, face_limit=6)
+    assert any(flags)                       # some proofs were on one deployed set
+    solve = cutseq.CutSequence.solve
+    monkeypatch.setattr(cutseq.CutSequence, "solve",
+                        lambda self, options, look_ahead=True, ahead_options=None: solve(self, options, False))
+    flags.clear()
+    separate = plan_alternatives(inst, 5, FAST, face_limit=6)
+    assert not any(flags)
+    assert _plan_tables(ahead) == _plan_tables(separate) and len(ahead) >= 3

@@ -1,0 +1,83 @@
+"""Canonical optima of one model under a growing list of no-good cuts, with the uniqueness
+proof of each taken from the next solve (issue 19).
+
+The ranking solves a model again and again, each time without the deployed sets found so
+far (:mod:`planner.optimize.nextplan`). Each solve's canonical plan needs a proof that no
+other replica vector reaches its optimum (cost, T) (:func:`planner.optimize.tiebreak.canonical_solution`),
+a CP-SAT search about as costly as the solve itself. Split by deployed set S of the cost
+solve's plan, another optimal plan either deploys a different set, or S with other counts:
+
+- A different set is a plan of the model with the cut of S, the very model the next
+  solve of the sequence solves. So the cost solve of that model is run at once (looked
+  ahead): when its optimum of ``weight * cost + T`` is above this one's (or it is
+  infeasible), every optimal plan deploys S.
+- Then the proof only compares replica counts on S (``one_support``), a far smaller search;
+  the canonical plan is the same.
+
+When the next call asks for the plan of the model with exactly that cut (the caller
+forbade S, the canonical plan's set), the looked-ahead cost solve is its cost solve (the
+same model and hint, proven optimal or infeasible, so the same canonical plan follows);
+otherwise it is dropped. A looked-ahead solve is counted (``num_solves``) by the plan that
+uses it. Without a combined objective or the uniqueness proof, nothing is looked ahead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ortools.sat.python import cp_model
+
+from planner.optimize.instance import SolverOptions, SolveStatus
+from planner.optimize.model import BuiltModel
+from planner.optimize.solve import CostPhase, SolveResult, cost_phase, finish_solve, greedy_hint
+
+
+def no_good_cut(built: BuiltModel, used) -> list:
+    """The no-good cut of one deployed set over the model's ``use`` variables."""
+    return [~var if cid in used else var for cid, var in built.use.items()]
+
+
+class CutSequence:
+    """Solves of ``model`` (of ``built``'s variables), each followed by the cut of a deployed set."""
+
+    def __init__(self, built: BuiltModel, model: cp_model.CpModel):
+        self.built, self.model = built, model
+        self.pending: tuple[frozenset, CostPhase] | None = None
+        self._greedy: tuple | None = None
+
+    def solve(self, options: SolverOptions, look_ahead: bool = True,
+              ahead_options: SolverOptions | None = None) -> SolveResult:
+        """The canonical optimum of the model with the cuts so far (:func:`run_solver`);
+        ``ahead_options``: those of the next solve (default ``options``), which the
+        looked-ahead cost solve uses."""
+        current = replace(self.built, model=self.model)
+        phase = (self.pending[1] if self.pending is not None
+                 else cost_phase(current, options, greedy=self.greedy()))
+        self.pending = None
+        if not (look_ahead and options.prove_unique_plan and phase.key is not None):
+            return finish_solve(current, phase, options)
+        support = frozenset(self.built.replicas.index[phase.y > 0])
+        ahead_model = self.model.clone()
+        ahead_model.add_bool_or(no_good_cut(self.built, support))
+        ahead = cost_phase(replace(self.built, model=ahead_model), ahead_options or options,
+                           greedy=self.greedy())
+        decided = ahead.status == SolveStatus.INFEASIBLE or ahead.key is not None
+        one_support = ahead.status == SolveStatus.INFEASIBLE or (ahead.key is not None and ahead.key > phase.key)
+        result = finish_solve(current, phase, options, one_support=one_support)
+        if decided and result.replicas is not None and frozenset(
+                self.built.replicas.index[result.replicas.to_numpy() > 0]) == support:
+            self.pending = (support, ahead)
+        return result
+
+    def greedy(self) -> tuple:
+        """The greedy hint of the sequence's data (the same for every solve), computed once."""
+        if self._greedy is None:
+            self._greedy = greedy_hint(self.built)
+        return self._greedy
+
+    def forbid(self, used) -> None:
+        """Add the cut of a deployed set (keeping the looked-ahead solve when it is that set's)."""
+        used = frozenset(used)
+        if self.pending is not None and self.pending[0] != used:
+            self.pending = None
+        self.model.add_bool_or(no_good_cut(self.built, used))
