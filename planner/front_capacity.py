@@ -91,8 +91,11 @@ class Curves:
             self.rows[w.name] = pos
             self.arrays[w.name], self.params[w.name] = workload_arrays(problem, rows, w), params.of(rows)
             self.traffic[w.name] = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-            self.curves[w.name] = occupancy_curve(self.arrays[w.name], self.params[w.name],
-                                                  self.traffic[w.name], FRONT_CURVE_POINTS)
+            # once per distinct configuration (twins have the same curve), then every row's
+            first, inverse = distinct_configs(self.arrays[w.name], self.params[w.name])
+            curve = occupancy_curve(self.arrays[w.name].take(first), self.params[w.name].take(first),
+                                    self.traffic[w.name], FRONT_CURVE_POINTS)
+            self.curves[w.name] = {key: value[inverse] for key, value in curve.items()}
 
     def fastest(self, metric: str) -> float:
         """The smallest target at which every workload still has some candidate (trickle load)."""

@@ -98,22 +98,16 @@ def _live_arrays_and_params(problem):
 
 
 @pytest.mark.parametrize("metric", ["tpot_p95_s", "ttft_p95_s"])
-def test_front_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, metric):
+def test_front_curves_and_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, metric):
     from planner import front_capacity
 
     path = tmp_path / "fronts.yaml"
     path.write_text(yaml.safe_dump(SPECS["aggregated"]))
     problem = load_problem(path)
     candidates, params = search.candidates_and_params(problem)
-    curves = front_capacity.Curves(problem, candidates[candidates["feasible"]], params)
+    feasible = candidates[candidates["feasible"]]
     loosest = max(getattr(w.slo, metric) for w in problem.workloads)
     targets = loosest * np.array([0.3, 0.5, 0.7, 1.0])
-    n = len(curves.frame)
-    at, positions = np.repeat(np.arange(len(targets)), n), np.tile(np.arange(n), len(targets))
-
-    def capacities():
-        return front_capacity.Exact(curves, metric, targets)._compute(at, positions)
-
     sizes = []
 
     def recorded(*args):
@@ -121,10 +115,20 @@ def test_front_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, 
         sizes.append((len(first), len(inverse)))
         return first, inverse
 
+    def curves_and_capacities():
+        curves = front_capacity.Curves(problem, feasible, params)
+        n = len(curves.frame)
+        at, positions = np.repeat(np.arange(len(targets)), n), np.tile(np.arange(n), len(targets))
+        return curves.curves, front_capacity.Exact(curves, metric, targets)._compute(at, positions)
+
     monkeypatch.setattr(front_capacity, "distinct_configs", recorded)
-    shared = capacities()
+    curves, shared = curves_and_capacities()
     assert any(d < n for d, n in sizes)                 # some rows shared
     monkeypatch.setattr(front_capacity, "distinct_configs", _every_row)
-    alone = capacities()
+    curves_alone, alone = curves_and_capacities()
+    assert sorted(curves) == sorted(curves_alone)
+    for name, curve in curves.items():
+        for key, value in curve.items():
+            assert np.array_equal(value, curves_alone[name][key], equal_nan=True), (name, key)
     assert np.array_equal(shared, alone)
     assert (shared > 0).any() and (shared < alone.max()).any()     # targets bind somewhere
