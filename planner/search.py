@@ -198,9 +198,11 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     roles = ok["role"].to_numpy()[live] if "role" in ok.columns else None
     role_codes = () if roles is None else (pd.factorize(roles)[0].astype(float),)
     for w in workloads:
-        # once per distinct configuration (same arrays, parameters and role: same numbers)
+        # once per distinct configuration (same arrays as the capacity reads them, parameters
+        # and role: same numbers)
         live_arrays = warrays[w.name].take(live)
-        first, inverse = distinct_configs(live_arrays, live_params, *role_codes)
+        first, inverse = distinct_configs(live_arrays if roles is None else _role_key(roles, live_arrays),
+                                          live_params, *role_codes)
         cap = workload_capacity(problem, ok.iloc[live[first]], w, live_params.take(first),
                                 arrays=live_arrays.take(first), margins=Margins.of(problem))
         cap = {key: np.asarray(value)[inverse] for key, value in cap.items()}
@@ -237,6 +239,13 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
     return frame, params, n_ok
+
+
+def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:
+    """:func:`planner.disagg_roles.capacity_key` (its module only for rows with roles)."""
+    from planner import disagg_roles
+
+    return disagg_roles.capacity_key(roles, arrays)
 
 
 def _with_lengths(arrays: ConfigArrays, workload) -> ConfigArrays:
