@@ -132,3 +132,14 @@ def test_front_curves_and_capacities_shared_are_the_row_by_row_ones(monkeypatch,
             assert np.array_equal(value, curves_alone[name][key], equal_nan=True), (name, key)
     assert np.array_equal(shared, alone)
     assert (shared > 0).any() and (shared < alone.max()).any()     # targets bind somewhere
+
+
+@pytest.mark.parametrize("columns", [1, 3, 6])
+def test_front_patterns_are_numpy_unique_rows(columns):
+    from planner.front_capacity import _patterns
+
+    serves = np.random.default_rng(columns).random((400, columns)) < 0.4
+    want_rows, want_group = np.unique(serves, axis=0, return_inverse=True)
+    rows, group = _patterns(serves)
+    assert np.array_equal(rows, want_rows) and np.array_equal(group.ravel(), want_group.ravel())
+    assert np.array_equal(rows[group.ravel()], serves)
