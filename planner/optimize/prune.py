@@ -42,8 +42,11 @@ def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
     pool key (``prefill@<key>``, ``decode@<key>``) for the others. Dominance compares only
     candidates of one block: a prefill or decode replica serves a request only with a
     partner of the other role in its pool."""
-    roles, pools = candidate_roles(candidates), candidate_pools(candidates)
-    return np.where(roles == "both", "both", roles + "@" + pools)
+    roles = candidate_roles(candidates)
+    both = roles == "both"
+    if both.all():   # aggregated candidates only: no per-row string concatenation
+        return np.full(len(candidates), "both", dtype=object)
+    return np.where(both, "both", roles + "@" + candidate_pools(candidates))
 
 
 def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
