@@ -48,19 +48,23 @@ def serving_overrides(problem: Problem) -> dict:
     return problem.spec.serving.model_dump(exclude_none=True, exclude={"calibration", "engine"})
 
 
-def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> ServingParams:
+def serving_params(problem: Problem, rows: pd.DataFrame | None = None, coded: dict | None = None) -> ServingParams:
     """Parameters of configuration ``rows`` (calibrated per GPU, then the YAML overrides);
-    without rows, the uncalibrated base with the overrides.
+    without rows, the uncalibrated base with the overrides. ``coded``: the rows' columns'
+    :class:`planner.dimensions.Coded` forms (the search grid's), read instead of the columns.
 
     A solve calls it once per model, in the search; the stages get the result carried in
     :class:`planner.parameters.ProblemParams` (:func:`problem_params`).
     """
     if rows is None:
         return ServingParams().with_overrides(**serving_overrides(problem))
+    keys = ("gpu", "quantization", "model")
+    if coded is not None and all(k in coded for k in keys):
+        ids, pairs = (None, None, None), [coded[k].factorize() for k in keys]
+    else:
+        ids, pairs = tuple(rows[k].to_numpy() for k in keys), None
     return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
-                                  problem.spec.serving.engine, rows["gpu"].to_numpy(),
-                                  rows["quantization"].to_numpy(), rows["model"].to_numpy(),
-                                  models=problem.imported_models)
+                                  problem.spec.serving.engine, *ids, models=problem.imported_models, coded=pairs)
 
 
 def problem_params(problem: Problem, ids: pd.Index | None = None,
@@ -75,17 +79,19 @@ def problem_params(problem: Problem, ids: pd.Index | None = None,
                                     **extra)
 
 
-def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
-    return dimensions.CandidateTable.grid({"model": [model_id], **dimensions.search_values(problem)}).frame
+def _grid(problem: Problem, model_id: str) -> tuple[pd.DataFrame, dict[str, dimensions.Coded]]:
+    """One model's grid and its columns' :class:`planner.dimensions.Coded` forms."""
+    table, coded = dimensions.CandidateTable.coded_grid({"model": [model_id], **dimensions.search_values(problem)})
+    return table.frame, coded
 
 
-def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def _structural(problem: Problem, frame: pd.DataFrame, coded: dict) -> dict[str, np.ndarray]:
     cat = problem.catalog
     model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
     fmts = {q: cat.weight_format(q) for q in problem.quantization}
     # per distinct GPU and (GPU, format), then onto the rows by their codes (speed)
-    g_codes, g_ids = dimensions.factorize_column(frame["gpu"])
-    q_codes, q_ids = dimensions.factorize_column(frame["quantization"])
+    g_codes, g_ids = coded["gpu"].factorize()
+    q_codes, q_ids = coded["quantization"].factorize()
     gpus = [cat.gpu(x) for x in g_ids]
 
     def per_gpu(value, dtype):
@@ -101,7 +107,7 @@ def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {
         "gpu_has_no_compute_figure": per_gpu(lambda x: x.bf16_tflops is None, bool),
         "quantization_unsupported_on_gpu": bad[g_codes, q_codes],
-        **format_rejections(problem, frame),
+        **format_rejections(problem, frame, coded),
         "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
         **layout_rejections(model, frame),
         "tp_exceeds_scale_up_domain": exceeds_scale_up_domain(frame, domain, scale_out),
@@ -126,14 +132,15 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
 def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
     """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
     configuration it evaluated), to carry to the later stages."""
-    frames, parts, sizes = [], [], []
+    frames, parts, sizes, hashes = [], [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frame, params, evaluated = _evaluate_model(problem, model_id)
+        frame, params, evaluated, coded = _evaluate_model(problem, model_id)
         frames.append(frame)
         parts.append(params)
         sizes.append(evaluated)
+        hashes.append(dimensions.candidate_hashes(frame, coded))    # row by row: per frame
     out = pd.concat(frames)
-    hashes = dimensions.candidate_hashes(out)
+    hashes = np.concatenate(hashes)
     out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
     # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string
     # sort; two equal ids are two equal neighbours there)
@@ -147,22 +154,26 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int]:
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int, dict]:
     """One model's grid, evaluated: the frame (its first ``n`` rows are the configurations
-    evaluated), their serving parameters, and ``n``."""
-    frame = _grid(problem, model_id)
+    evaluated), their serving parameters, ``n`` and the frame's dimension columns'
+    :class:`planner.dimensions.Coded` forms."""
+    frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
-    reasons = _structural(problem, frame)
+    reasons = _structural(problem, frame, coded)
     structural_bad = np.logical_or.reduce(list(reasons.values()))
     ok = frame[~structural_bad].reset_index(drop=True)
     frame = pd.concat([ok, frame[structural_bad]], ignore_index=True)
     reasons = {k: np.concatenate([v[~structural_bad], v[structural_bad]]) for k, v in reasons.items()}
+    order = np.concatenate([np.flatnonzero(~structural_bad), np.flatnonzero(structural_bad)])
+    coded = {name: column.take(order) for name, column in coded.items()}   # the frame's rows
+    ok_coded = {name: column.take(slice(0, len(ok))) for name, column in coded.items()}
 
     first = workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
                     output_tokens=first.output.mean, context_tokens=np.nan)
-    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models)
-    params = serving_params(problem, ok)
+    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=ok_coded)
+    params = serving_params(problem, ok, ok_coded)
     metrics = evaluate(arrays, params)
     n_ok = len(ok)
     pad = len(frame) - n_ok
@@ -174,7 +185,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     for name, derived in dimensions.DERIVED.items():
         frame[name] = derived(frame)
     # per distinct GPU, then onto the rows by their codes (speed: no per-row map)
-    g_codes, g_ids = dimensions.factorize_column(frame["gpu"])
+    g_codes, g_ids = coded["gpu"].factorize()
     prices = problem.prices_usd_per_gpu_hour
     price = np.array([prices.get(g, np.nan) for g in g_ids] + [np.nan], dtype=float)[g_codes]
     frame["usd_per_gpu_hour"] = price
@@ -244,7 +255,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     frame["feasible"] = which == len(REASONS)
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
-    return frame, params, n_ok
+    return frame, params, n_ok, coded
 
 
 def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:

@@ -87,8 +87,8 @@ def test_shared_capacities_are_the_row_by_row_ones(monkeypatch, tmp_path, name):
 def _live_arrays_and_params(problem):
     """The first model's evaluated rows' arrays and parameters (the rows the search shares)."""
     model = problem.workloads[0].model
-    frame = search._grid(problem, model)
-    bad = np.logical_or.reduce(list(search._structural(problem, frame).values()))
+    frame, coded = search._grid(problem, model)
+    bad = np.logical_or.reduce(list(search._structural(problem, frame, coded).values()))
     ok = frame[~bad].reset_index(drop=True)
     w = problem.workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=w.prompt.mean, output_tokens=w.output.mean,
