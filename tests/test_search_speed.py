@@ -143,3 +143,21 @@ def test_front_patterns_are_numpy_unique_rows(columns):
     rows, group = _patterns(serves)
     assert np.array_equal(rows, want_rows) and np.array_equal(group.ravel(), want_group.ravel())
     assert np.array_equal(rows[group.ravel()], serves)
+
+
+def test_coded_grid_columns_give_the_columns_codes_and_ids(tmp_path):
+    from planner import dimensions
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(SPECS["disaggregated"]))
+    problem = load_problem(path)
+    table, coded = dimensions.CandidateTable.coded_grid({"model": ["qwen3-32b"], **dimensions.search_values(problem)})
+    assert table.frame.equals(dimensions.CandidateTable.grid({"model": ["qwen3-32b"],
+                                                              **dimensions.search_values(problem)}).frame)
+    rows = np.random.default_rng(0).permutation(len(table))[: len(table) // 2]   # reordered, a subset
+    frame = table.frame.iloc[rows].reset_index(drop=True)
+    coded = {name: column.take(rows) for name, column in coded.items()}
+    for name, column in coded.items():
+        codes, values = column.factorize()
+        assert list(np.asarray(values, dtype=object)[codes]) == frame[name].tolist(), name
+    assert np.array_equal(dimensions.candidate_hashes(frame, coded), dimensions.candidate_hashes(frame))
