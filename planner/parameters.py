@@ -64,11 +64,12 @@ def for_configs(catalog, calibration, overrides: dict | None, engine: str | None
     them: the calibration's GPU, engine, model and math levels (math modes and layer counts
     from the catalog, or from ``models``: extra ``ModelSpec`` by id, models imported from a
     config.json), then ``overrides``. ``coded``: the GPU, format and model columns as
-    ``(codes, values)`` pairs (:meth:`planner.dimensions.Coded.factorize`), when the caller
-    has them: the rows' ids are read from them (the same parameters)."""
+    ``(codes, values)`` pairs without missing ids (codes >= 0;
+    :meth:`planner.dimensions.Coded.factorize`), when the caller has them: the rows' ids are
+    read from them instead of ``gpu_ids``, ``formats``, ``model_ids`` (the same parameters)."""
     if calibration is None:
         return resolve(gpu_ids, None, overrides, engine=engine)
-    if coded is not None and all((np.asarray(c) >= 0).all() for c, _ in coded):
+    if coded is not None:
         pairs = [(np.asarray(c), np.asarray(v, dtype=object)) for c, v in coded]
     else:
         ids = [np.asarray(v, dtype=object).reshape(-1) for v in (gpu_ids, formats, model_ids)]

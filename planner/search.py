@@ -59,8 +59,9 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None, coded: di
     if rows is None:
         return ServingParams().with_overrides(**serving_overrides(problem))
     keys = ("gpu", "quantization", "model")
-    if coded is not None and all(k in coded for k in keys):
-        ids, pairs = (None, None, None), [coded[k].factorize() for k in keys]
+    pairs = [coded[k].factorize() for k in keys] if coded is not None and all(k in coded for k in keys) else None
+    if pairs is not None and all((codes >= 0).all() for codes, _ in pairs):   # no missing id
+        ids = (None, None, None)
     else:
         ids, pairs = tuple(rows[k].to_numpy() for k in keys), None
     return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
