@@ -25,20 +25,24 @@ def _lookup(coded: tuple[np.ndarray, np.ndarray], table, columns) -> dict[str, n
     return {col: np.array([e[col] for e in entries], dtype=float)[codes] for col in columns}
 
 
-def _ids(rows: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
-    codes, ids = factorize_column(rows[column])
+def _ids(rows: pd.DataFrame, column: str, coded: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    codes, ids = coded[column].factorize() if coded and column in coded else factorize_column(rows[column])
     if (codes < 0).any():
         raise ValueError(f"config_arrays: a row has no '{column}' id")
     return codes, ids
 
 
-def config_arrays(catalog: Catalog, rows: pd.DataFrame, models: dict | None = None) -> tuple[ConfigArrays, np.ndarray]:
+def config_arrays(catalog: Catalog, rows: pd.DataFrame, models: dict | None = None,
+                  coded: dict | None = None) -> tuple[ConfigArrays, np.ndarray]:
     """Arrays for every row of ``rows`` (ids already resolved to canonical catalog ids).
 
     Parameters
     ----------
     models : dict, optional
         Extra ``ModelSpec`` by id (models imported from a config.json path).
+    coded : dict, optional
+        :class:`planner.dimensions.Coded` forms of (some of) the id columns of ``rows``
+        (the search grid's), used instead of factorizing the columns (the same arrays).
 
     Returns
     -------
@@ -46,7 +50,7 @@ def config_arrays(catalog: Catalog, rows: pd.DataFrame, models: dict | None = No
     quantization's math unit is missing on the GPU and BF16 math is used instead.
     """
     models = models or {}
-    model, gpu, fmt, kv = (_ids(rows, k) for k in ("model", "gpu", "quantization", "kv_cache_dtype"))
+    model, gpu, fmt, kv = (_ids(rows, k, coded) for k in ("model", "gpu", "quantization", "kv_cache_dtype"))
     cols = _lookup(model, lambda m: model_columns(models.get(m) or catalog.model(m)), MODEL_COLUMNS)
     cols.update(_lookup(gpu, lambda g: gpu_columns(catalog.gpu(g)), GPU_COLUMNS))
     # the math unit of each (GPU, format) pair present

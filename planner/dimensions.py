@@ -245,9 +245,10 @@ def candidate_ids(frame: pd.DataFrame) -> pd.Series:
     return pd.Series(id_strings(candidate_hashes(frame)), index=frame.index)
 
 
-def candidate_hashes(frame: pd.DataFrame) -> np.ndarray:
+def candidate_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None = None) -> np.ndarray:
     """The 64-bit hashes behind :func:`candidate_ids` (the id is the top 48 bits in hex, so
-    the ids sort as ``hashes >> 16`` do)."""
+    the ids sort as ``hashes >> 16`` do). ``coded``: :class:`Coded` forms of (some of) the
+    frame's columns, used instead of the columns (the same hashes)."""
     h = np.zeros(len(frame), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for d in DIMENSIONS:
@@ -255,7 +256,10 @@ def candidate_hashes(frame: pd.DataFrame) -> np.ndarray:
                 if d.default is None:
                     raise KeyError(f"candidate_ids: the frame has no column '{d.name}'")
                 continue
-            codes, texts, defaults = _distinct_values(frame[d.name], d)
+            if coded is not None and d.name in coded:
+                codes, texts, defaults = coded[d.name].distinct_values(d)
+            else:
+                codes, texts, defaults = _distinct_values(frame[d.name], d)
             values = np.array([_value_hash(f"{d.name}={u}") for u in texts], dtype=np.uint64)
             mixed = (h ^ values[codes]) * _MIX
             mixed ^= mixed >> np.uint64(31)
@@ -299,6 +303,38 @@ def _distinct_values(column: pd.Series, d: Dimension) -> tuple[np.ndarray, list,
     return codes, list(uniques), defaults
 
 
+@dataclass(frozen=True)
+class Coded:
+    """A column given as its distinct values and the rows' positions into them: the column
+    is ``distinct.take(index)``. Its codes (:meth:`factorize`) and hash inputs
+    (:meth:`distinct_values`) are computed on the few distinct values and taken to the rows
+    (speed: the search grid's columns, without a pass over their values)."""
+
+    distinct: pd.Series
+    index: np.ndarray
+
+    @classmethod
+    def of(cls, column: pd.Series) -> "Coded":
+        """A column as it is (each row its own distinct value)."""
+        return cls(column.reset_index(drop=True), np.arange(len(column)))
+
+    def take(self, rows) -> "Coded":
+        """The column's rows at positions ``rows``."""
+        return Coded(self.distinct, self.index[rows])
+
+    def factorize(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(codes, uniques)`` of the column as :func:`factorize_column` makes them, except
+        that ``uniques`` are all of the distinct values, in their own order (some may not
+        occur in the rows): for lookups once per distinct value, taken to the rows by code."""
+        codes, uniques = factorize_column(self.distinct)
+        return codes[self.index], uniques
+
+    def distinct_values(self, d: Dimension) -> tuple[np.ndarray, list, np.ndarray | None]:
+        """:func:`_distinct_values` of the column for dimension ``d``."""
+        codes, texts, defaults = _distinct_values(self.distinct, d)
+        return codes[self.index], texts, None if defaults is None else defaults[self.index]
+
+
 #: The hex digits, as UCS-4 code points (ids are built as code-point arrays).
 _HEX_CODEPOINTS = np.frombuffer("0123456789abcdef".encode("utf-32-le"), dtype=np.uint32)
 
@@ -331,6 +367,12 @@ class CandidateTable:
         """Every combination of ``values`` (dimension name -> values searched), in canonical
         order (the last dimension varies fastest). Dimensions with a default may be left out
         (their column is then absent and reads as the default)."""
+        return cls.coded_grid(values)[0]
+
+    @classmethod
+    def coded_grid(cls, values: Mapping[str, Sequence]) -> tuple[CandidateTable, dict[str, Coded]]:
+        """:meth:`grid` and, per column, its :class:`Coded` factorization (from the product's
+        structure: no pass over the rows' values)."""
         unknown = [n for n in values if n not in _BY_NAME]
         missing = [d.name for d in DIMENSIONS if d.name not in values and d.default is None]
         if unknown or missing:
@@ -339,16 +381,18 @@ class CandidateTable:
         seqs = [list(values[n]) for n in names]
         size = math.prod(len(v) for v in seqs)
         if not size:
-            return cls(pd.DataFrame(list(itertools.product(*seqs)), columns=names))
+            frame = pd.DataFrame(list(itertools.product(*seqs)), columns=names)
+            return cls(frame), {n: Coded.of(frame[n]) for n in names}
         # Column by column (speed): each dimension's distinct values typed as the rows'
         # DataFrame would type them, then repeated in the product's order.
-        columns, inner = {}, size
+        columns, coded, inner = {}, {}, size
         for name, seq in zip(names, seqs):
             inner //= len(seq)
             index = np.tile(np.repeat(np.arange(len(seq)), inner), size // (inner * len(seq)))
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
             columns[name] = distinct.take(index).reset_index(drop=True)
-        return cls(pd.DataFrame(columns))
+            coded[name] = Coded(distinct, index)
+        return cls(pd.DataFrame(columns)), coded
 
     def __len__(self) -> int:
         return len(self.frame)

@@ -40,6 +40,21 @@ DECODE_TTFT_ALLOWANCE_TPOTS = 2.0
 PREFILL_BISECTION_STEPS = 30
 
 
+#: Configuration fields a prefill replica's capacity never reads (:func:`prefill_capacity`:
+#: its own prefill service and queue, the decode side one GPU): its max batch.
+PREFILL_UNREAD_FIELDS = ("batch",)
+
+
+def capacity_key(roles, arrays: ConfigArrays) -> ConfigArrays:
+    """``arrays`` as the role capacities read them, to find rows with the same capacities
+    (:func:`planner.configs.distinct_configs`): the prefill rows' :data:`PREFILL_UNREAD_FIELDS`
+    set to 0 (prefill replicas that differ only in their max batch have one capacity)."""
+    prefill = np.asarray(roles) == "prefill"
+    if not prefill.any():
+        return arrays
+    return arrays.replace(**{name: np.where(prefill, 0.0, getattr(arrays, name)) for name in PREFILL_UNREAD_FIELDS})
+
+
 def _pair(role: str, arrays: ConfigArrays, params: ServingParams,
           scale_out_bytes_per_s: float) -> disagg.DisaggArrays:
     """The configuration on both sides of a pair; a prefill row faces a one-GPU decode side

@@ -19,22 +19,45 @@ FORMAT_KEY = ("model", "gpu", "quantization", "kv_cache_dtype")
 REASONS = (compat.NO_ARCHITECTURE, compat.NO_FORMAT, quality.UNVERIFIED, quality.BELOW_MINIMUM)
 
 
-def format_rejections(problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def format_rejections(problem, frame: pd.DataFrame, coded: dict | None = None) -> dict[str, np.ndarray]:
     """One boolean mask per reason of :data:`REASONS` over the rows of ``frame``.
 
-    ``frame`` has the columns model, gpu, quantization, kv_cache_dtype (the search grid).
+    ``frame`` has the columns model, gpu, quantization, kv_cache_dtype (the search grid);
+    ``coded``: their :class:`planner.dimensions.Coded` forms (the grid's), used instead of
+    factorizing the columns (the same masks).
     """
-    codes, uniques = CandidateTable(frame).factorize(FORMAT_KEY)
+    if coded is not None and all(k in coded for k in FORMAT_KEY):
+        codes, combinations = _combinations([coded[k].factorize() for k in FORMAT_KEY])
+    else:
+        codes, uniques = CandidateTable(frame).factorize(FORMAT_KEY)
+        combinations = uniques.itertuples(index=False)
     engine = problem.spec.serving.engine
     engines = compat.engine_table(problem.catalog) if engine else None
     table = quality.quality_table(problem.catalog)
     opts = problem.spec.quality
     per_key = []
-    for model, gpu, fmt, kv in uniques.itertuples(index=False):
+    for model, gpu, fmt, kv in combinations:
         why = engines.reason(engine, gpu, fmt, kv) if engines is not None else None
         per_key.append(why or table.reason(model, fmt, kv, opts.min_recovery, opts.allow_unverified_formats))
     per_key = np.array(per_key + [None], dtype=object)[codes]
     return {reason: per_key == reason for reason in REASONS}
+
+
+def _combinations(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[tuple]]:
+    """Codes of the rows' combinations of several columns' ``(codes, values)`` (mixed radix,
+    numbered in order of first appearance) and each combination's values."""
+    key = np.zeros(len(parts[0][0]), dtype=np.int64)
+    for codes, values in parts:
+        key = key * len(values) + codes
+    codes, keys = pd.factorize(key)
+    out = []
+    for k in keys:
+        combination = []
+        for _, values in reversed(parts):
+            k, at = divmod(int(k), len(values))
+            combination.append(values[at])
+        out.append(tuple(reversed(combination)))
+    return codes, out
 
 
 def with_quality(problem, deployments: pd.DataFrame) -> pd.DataFrame:

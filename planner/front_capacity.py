@@ -91,8 +91,11 @@ class Curves:
             self.rows[w.name] = pos
             self.arrays[w.name], self.params[w.name] = workload_arrays(problem, rows, w), params.of(rows)
             self.traffic[w.name] = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
-            self.curves[w.name] = occupancy_curve(self.arrays[w.name], self.params[w.name],
-                                                  self.traffic[w.name], FRONT_CURVE_POINTS)
+            # once per distinct configuration (twins have the same curve), then every row's
+            first, inverse = distinct_configs(self.arrays[w.name], self.params[w.name])
+            curve = occupancy_curve(self.arrays[w.name].take(first), self.params[w.name].take(first),
+                                    self.traffic[w.name], FRONT_CURVE_POINTS)
+            self.curves[w.name] = {key: value[inverse] for key, value in curve.items()}
 
     def fastest(self, metric: str) -> float:
         """The smallest target at which every workload still has some candidate (trickle load)."""
@@ -199,7 +202,7 @@ def _undominated(curves: Curves, hi: np.ndarray, limited: set, gpu: str | None, 
             else np.zeros(len(s), dtype=bool))
     dropped = np.zeros(len(idx), dtype=bool)
     serves = ~(hi[idx] <= 0)   # NaN bounds count as served: nothing beats them
-    patterns, group = np.unique(serves, axis=0, return_inverse=True)
+    patterns, group = _patterns(serves)
     for g, pattern in enumerate(patterns):
         cols = np.flatnonzero(pattern)
         mine = np.flatnonzero(group.ravel() == g)
@@ -219,6 +222,17 @@ def _undominated(curves: Curves, hi: np.ndarray, limited: set, gpu: str | None, 
             dropped[rows] = beats.any(axis=1)
     dropped[s] = False
     return idx[~dropped]
+
+
+def _patterns(serves: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(serves, axis=0, return_inverse=True)`` of a boolean matrix: its distinct
+    rows (sorted) and each row's index into them, from one integer per row (its bits, the
+    first column the most significant: the same order) where the columns fit in 62 bits."""
+    if serves.shape[1] > 62:
+        return np.unique(serves, axis=0, return_inverse=True)
+    weights = np.left_shift(1, np.arange(serves.shape[1] - 1, -1, -1, dtype=np.int64))
+    codes, group = np.unique(serves.astype(np.int64) @ weights, return_inverse=True)
+    return (codes[:, None] & weights[None, :]) != 0, group
 
 
 def survivor_sets(curves: Curves, bounds: list, limited: set, exact: "Exact", keys: list) -> dict:

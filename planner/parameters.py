@@ -59,19 +59,28 @@ def resolve(gpu_ids, calibration=None, overrides: dict | None = None, engine: st
 
 
 def for_configs(catalog, calibration, overrides: dict | None, engine: str | None, gpu_ids, formats,
-                model_ids, models: dict | None = None) -> ServingParams:
+                model_ids, models: dict | None = None, coded: list | None = None) -> ServingParams:
     """Parameters per configuration row (GPU, weight format, model), as every command resolves
     them: the calibration's GPU, engine, model and math levels (math modes and layer counts
     from the catalog, or from ``models``: extra ``ModelSpec`` by id, models imported from a
-    config.json), then ``overrides``."""
+    config.json), then ``overrides``. ``coded``: the GPU, format and model columns as
+    ``(codes, values)`` pairs without missing ids (codes >= 0;
+    :meth:`planner.dimensions.Coded.factorize`), when the caller has them: the rows' ids are
+    read from them instead of ``gpu_ids``, ``formats``, ``model_ids`` (the same parameters)."""
     if calibration is None:
         return resolve(gpu_ids, None, overrides, engine=engine)
-    ids = [np.asarray(v, dtype=object).reshape(-1) for v in (gpu_ids, formats, model_ids)]
-    if np.ndim(engine) or ids[0].size < 2:
-        return _for_rows(catalog, calibration, overrides, engine, *ids, models)
+    if coded is not None:
+        pairs = [(np.asarray(c), np.asarray(v, dtype=object)) for c, v in coded]
+    else:
+        ids = [np.asarray(v, dtype=object).reshape(-1) for v in (gpu_ids, formats, model_ids)]
+        if np.ndim(engine) or ids[0].size < 2:
+            return _for_rows(catalog, calibration, overrides, engine, *ids, models)
+        pairs = [pd.factorize(column, use_na_sentinel=False) for column in ids]
+    if np.ndim(engine) or len(pairs[0][0]) < 2:
+        return _for_rows(catalog, calibration, overrides, engine, *(v[c] for c, v in pairs), models)
     # once per distinct (GPU, format, model): every row's parameters are those of its ids
-    first, inverse = _distinct_ids(ids)
-    params = _for_rows(catalog, calibration, overrides, engine, *(v[first] for v in ids), models)
+    first, inverse = _distinct_codes(pairs)
+    params = _for_rows(catalog, calibration, overrides, engine, *(v[c[first]] for c, v in pairs), models)
     return replace(params, **{f.name: v[inverse] for f in fields(params)
                               if (v := np.asarray(getattr(params, f.name))).ndim == 1 and v.size == first.size})
 
@@ -83,13 +92,12 @@ def _for_rows(catalog, calibration, overrides, engine, gpu_ids, formats, model_i
     return resolve(gpu_ids, calibration, overrides, engine=engine, model_ids=model_ids, math_modes=maths, **keys)
 
 
-def _distinct_ids(ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """``(first, inverse)`` of the rows of the id columns ``ids``: the first row of each
-    distinct combination (in order of first appearance) and per row its combination."""
-    code = np.zeros(ids[0].size, dtype=np.int64)
-    for column in ids:
-        codes, uniques = pd.factorize(column, use_na_sentinel=False)
-        code, _ = pd.factorize(code * len(uniques) + codes)
+def _distinct_codes(pairs: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)`` of the rows of columns given as ``(codes, values)``: the first row
+    of each distinct combination (in order of first appearance) and per row its combination."""
+    code = np.zeros(len(pairs[0][0]), dtype=np.int64)
+    for codes, values in pairs:
+        code, _ = pd.factorize(code * len(values) + codes)
     first = np.empty(code.max() + 1, dtype=np.int64)
     first[code[::-1]] = np.arange(code.size - 1, -1, -1)
     return first, code

@@ -48,19 +48,24 @@ def serving_overrides(problem: Problem) -> dict:
     return problem.spec.serving.model_dump(exclude_none=True, exclude={"calibration", "engine"})
 
 
-def serving_params(problem: Problem, rows: pd.DataFrame | None = None) -> ServingParams:
+def serving_params(problem: Problem, rows: pd.DataFrame | None = None, coded: dict | None = None) -> ServingParams:
     """Parameters of configuration ``rows`` (calibrated per GPU, then the YAML overrides);
-    without rows, the uncalibrated base with the overrides.
+    without rows, the uncalibrated base with the overrides. ``coded``: the rows' columns'
+    :class:`planner.dimensions.Coded` forms (the search grid's), read instead of the columns.
 
     A solve calls it once per model, in the search; the stages get the result carried in
     :class:`planner.parameters.ProblemParams` (:func:`problem_params`).
     """
     if rows is None:
         return ServingParams().with_overrides(**serving_overrides(problem))
+    keys = ("gpu", "quantization", "model")
+    pairs = [coded[k].factorize() for k in keys] if coded is not None and all(k in coded for k in keys) else None
+    if pairs is not None and all((codes >= 0).all() for codes, _ in pairs):   # no missing id
+        ids = (None, None, None)
+    else:
+        ids, pairs = tuple(rows[k].to_numpy() for k in keys), None
     return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
-                                  problem.spec.serving.engine, rows["gpu"].to_numpy(),
-                                  rows["quantization"].to_numpy(), rows["model"].to_numpy(),
-                                  models=problem.imported_models)
+                                  problem.spec.serving.engine, *ids, models=problem.imported_models, coded=pairs)
 
 
 def problem_params(problem: Problem, ids: pd.Index | None = None,
@@ -75,17 +80,19 @@ def problem_params(problem: Problem, ids: pd.Index | None = None,
                                     **extra)
 
 
-def _grid(problem: Problem, model_id: str) -> pd.DataFrame:
-    return dimensions.CandidateTable.grid({"model": [model_id], **dimensions.search_values(problem)}).frame
+def _grid(problem: Problem, model_id: str) -> tuple[pd.DataFrame, dict[str, dimensions.Coded]]:
+    """One model's grid and its columns' :class:`planner.dimensions.Coded` forms."""
+    table, coded = dimensions.CandidateTable.coded_grid({"model": [model_id], **dimensions.search_values(problem)})
+    return table.frame, coded
 
 
-def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
+def _structural(problem: Problem, frame: pd.DataFrame, coded: dict) -> dict[str, np.ndarray]:
     cat = problem.catalog
     model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
     fmts = {q: cat.weight_format(q) for q in problem.quantization}
     # per distinct GPU and (GPU, format), then onto the rows by their codes (speed)
-    g_codes, g_ids = dimensions.factorize_column(frame["gpu"])
-    q_codes, q_ids = dimensions.factorize_column(frame["quantization"])
+    g_codes, g_ids = coded["gpu"].factorize()
+    q_codes, q_ids = coded["quantization"].factorize()
     gpus = [cat.gpu(x) for x in g_ids]
 
     def per_gpu(value, dtype):
@@ -101,7 +108,7 @@ def _structural(problem: Problem, frame: pd.DataFrame) -> dict[str, np.ndarray]:
     return {
         "gpu_has_no_compute_figure": per_gpu(lambda x: x.bf16_tflops is None, bool),
         "quantization_unsupported_on_gpu": bad[g_codes, q_codes],
-        **format_rejections(problem, frame),
+        **format_rejections(problem, frame, coded),
         "tp_does_not_divide_attention_heads": (model.num_attention_heads % tp) != 0,
         **layout_rejections(model, frame),
         "tp_exceeds_scale_up_domain": exceeds_scale_up_domain(frame, domain, scale_out),
@@ -126,41 +133,48 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
 def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
     """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
     configuration it evaluated), to carry to the later stages."""
-    frames, parts, sizes = [], [], []
+    frames, parts, sizes, hashes = [], [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frame, params, evaluated = _evaluate_model(problem, model_id)
+        frame, params, evaluated, coded = _evaluate_model(problem, model_id)
         frames.append(frame)
         parts.append(params)
         sizes.append(evaluated)
+        hashes.append(dimensions.candidate_hashes(frame, coded))    # row by row: per frame
     out = pd.concat(frames)
-    hashes = dimensions.candidate_hashes(out)
+    hashes = np.concatenate(hashes)
     out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
-    if not out.index.is_unique:  # 48-bit ids: ~1e-4 chance at 250k candidates
+    # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string
+    # sort; two equal ids are two equal neighbours there)
+    top = hashes >> np.uint64(16)
+    order = np.argsort(top, kind="stable")
+    if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
     # each model's frame starts with its evaluated rows, in the order of its parameters
     starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
     rows = np.concatenate([start + np.arange(n) for start, n in zip(starts, sizes)]).astype(int)
-    # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string sort)
-    order = np.argsort(hashes >> np.uint64(16), kind="stable")
     return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int]:
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int, dict]:
     """One model's grid, evaluated: the frame (its first ``n`` rows are the configurations
-    evaluated), their serving parameters, and ``n``."""
-    frame = _grid(problem, model_id)
+    evaluated), their serving parameters, ``n`` and the frame's dimension columns'
+    :class:`planner.dimensions.Coded` forms."""
+    frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
-    reasons = _structural(problem, frame)
+    reasons = _structural(problem, frame, coded)
     structural_bad = np.logical_or.reduce(list(reasons.values()))
     ok = frame[~structural_bad].reset_index(drop=True)
     frame = pd.concat([ok, frame[structural_bad]], ignore_index=True)
     reasons = {k: np.concatenate([v[~structural_bad], v[structural_bad]]) for k, v in reasons.items()}
+    order = np.concatenate([np.flatnonzero(~structural_bad), np.flatnonzero(structural_bad)])
+    coded = {name: column.take(order) for name, column in coded.items()}   # the frame's rows
+    ok_coded = {name: column.take(slice(0, len(ok))) for name, column in coded.items()}
 
     first = workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
                     output_tokens=first.output.mean, context_tokens=np.nan)
-    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models)
-    params = serving_params(problem, ok)
+    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=ok_coded)
+    params = serving_params(problem, ok, ok_coded)
     metrics = evaluate(arrays, params)
     n_ok = len(ok)
     pad = len(frame) - n_ok
@@ -171,9 +185,12 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
 
     for name, derived in dimensions.DERIVED.items():
         frame[name] = derived(frame)
-    price = frame["gpu"].map(problem.prices_usd_per_gpu_hour).astype(float)
+    # per distinct GPU, then onto the rows by their codes (speed: no per-row map)
+    g_codes, g_ids = coded["gpu"].factorize()
+    prices = problem.prices_usd_per_gpu_hour
+    price = np.array([prices.get(g, np.nan) for g in g_ids] + [np.nan], dtype=float)[g_codes]
     frame["usd_per_gpu_hour"] = price
-    frame["usd_per_replica_hour"] = price * frame["gpus"]
+    frame["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
     frame["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
     for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
                 "throughput_tokens_per_s"):
@@ -198,9 +215,11 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     roles = ok["role"].to_numpy()[live] if "role" in ok.columns else None
     role_codes = () if roles is None else (pd.factorize(roles)[0].astype(float),)
     for w in workloads:
-        # once per distinct configuration (same arrays, parameters and role: same numbers)
+        # once per distinct configuration (same arrays as the capacity reads them, parameters
+        # and role: same numbers)
         live_arrays = warrays[w.name].take(live)
-        first, inverse = distinct_configs(live_arrays, live_params, *role_codes)
+        first, inverse = distinct_configs(live_arrays if roles is None else _role_key(roles, live_arrays),
+                                          live_params, *role_codes)
         cap = workload_capacity(problem, ok.iloc[live[first]], w, live_params.take(first),
                                 arrays=live_arrays.take(first), margins=Margins.of(problem))
         cap = {key: np.asarray(value)[inverse] for key, value in cap.items()}
@@ -229,14 +248,22 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     reasons["slo_ttft_unreachable"] = padded(no_slo & ttft_only, False).astype(bool)
     reasons["slo_tpot_unreachable"] = padded(no_slo & ~ttft_only, False).astype(bool)
 
-    reason = np.full(len(frame), "", dtype=object)
-    for name in reversed(REASONS):
-        reason = np.where(reasons[name], name, reason)
-    frame["infeasible_reason"] = reason
-    frame["feasible"] = reason == ""
+    # the first reason that applies, as an index into REASONS (len(REASONS): none)
+    which = np.full(len(frame), len(REASONS))
+    for i in range(len(REASONS) - 1, -1, -1):
+        which[reasons[REASONS[i]]] = i
+    frame["infeasible_reason"] = np.array([*REASONS, ""], dtype=object)[which]
+    frame["feasible"] = which == len(REASONS)
     cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
     frame.loc[~frame["feasible"], cap_cols] = 0.0
-    return frame, params, n_ok
+    return frame, params, n_ok, coded
+
+
+def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:
+    """:func:`planner.disagg_roles.capacity_key` (its module only for rows with roles)."""
+    from planner import disagg_roles
+
+    return disagg_roles.capacity_key(roles, arrays)
 
 
 def _with_lengths(arrays: ConfigArrays, workload) -> ConfigArrays:

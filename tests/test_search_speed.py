@@ -87,8 +87,8 @@ def test_shared_capacities_are_the_row_by_row_ones(monkeypatch, tmp_path, name):
 def _live_arrays_and_params(problem):
     """The first model's evaluated rows' arrays and parameters (the rows the search shares)."""
     model = problem.workloads[0].model
-    frame = search._grid(problem, model)
-    bad = np.logical_or.reduce(list(search._structural(problem, frame).values()))
+    frame, coded = search._grid(problem, model)
+    bad = np.logical_or.reduce(list(search._structural(problem, frame, coded).values()))
     ok = frame[~bad].reset_index(drop=True)
     w = problem.workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=w.prompt.mean, output_tokens=w.output.mean,
@@ -98,22 +98,16 @@ def _live_arrays_and_params(problem):
 
 
 @pytest.mark.parametrize("metric", ["tpot_p95_s", "ttft_p95_s"])
-def test_front_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, metric):
+def test_front_curves_and_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, metric):
     from planner import front_capacity
 
     path = tmp_path / "fronts.yaml"
     path.write_text(yaml.safe_dump(SPECS["aggregated"]))
     problem = load_problem(path)
     candidates, params = search.candidates_and_params(problem)
-    curves = front_capacity.Curves(problem, candidates[candidates["feasible"]], params)
+    feasible = candidates[candidates["feasible"]]
     loosest = max(getattr(w.slo, metric) for w in problem.workloads)
     targets = loosest * np.array([0.3, 0.5, 0.7, 1.0])
-    n = len(curves.frame)
-    at, positions = np.repeat(np.arange(len(targets)), n), np.tile(np.arange(n), len(targets))
-
-    def capacities():
-        return front_capacity.Exact(curves, metric, targets)._compute(at, positions)
-
     sizes = []
 
     def recorded(*args):
@@ -121,10 +115,49 @@ def test_front_capacities_shared_are_the_row_by_row_ones(monkeypatch, tmp_path, 
         sizes.append((len(first), len(inverse)))
         return first, inverse
 
+    def curves_and_capacities():
+        curves = front_capacity.Curves(problem, feasible, params)
+        n = len(curves.frame)
+        at, positions = np.repeat(np.arange(len(targets)), n), np.tile(np.arange(n), len(targets))
+        return curves.curves, front_capacity.Exact(curves, metric, targets)._compute(at, positions)
+
     monkeypatch.setattr(front_capacity, "distinct_configs", recorded)
-    shared = capacities()
+    curves, shared = curves_and_capacities()
     assert any(d < n for d, n in sizes)                 # some rows shared
     monkeypatch.setattr(front_capacity, "distinct_configs", _every_row)
-    alone = capacities()
+    curves_alone, alone = curves_and_capacities()
+    assert sorted(curves) == sorted(curves_alone)
+    for name, curve in curves.items():
+        for key, value in curve.items():
+            assert np.array_equal(value, curves_alone[name][key], equal_nan=True), (name, key)
     assert np.array_equal(shared, alone)
     assert (shared > 0).any() and (shared < alone.max()).any()     # targets bind somewhere
+
+
+@pytest.mark.parametrize("columns", [1, 3, 6])
+def test_front_patterns_are_numpy_unique_rows(columns):
+    from planner.front_capacity import _patterns
+
+    serves = np.random.default_rng(columns).random((400, columns)) < 0.4
+    want_rows, want_group = np.unique(serves, axis=0, return_inverse=True)
+    rows, group = _patterns(serves)
+    assert np.array_equal(rows, want_rows) and np.array_equal(group.ravel(), want_group.ravel())
+    assert np.array_equal(rows[group.ravel()], serves)
+
+
+def test_coded_grid_columns_give_the_columns_codes_and_ids(tmp_path):
+    from planner import dimensions
+
+    path = tmp_path / "grid.yaml"
+    path.write_text(yaml.safe_dump(SPECS["disaggregated"]))
+    problem = load_problem(path)
+    table, coded = dimensions.CandidateTable.coded_grid({"model": ["qwen3-32b"], **dimensions.search_values(problem)})
+    assert table.frame.equals(dimensions.CandidateTable.grid({"model": ["qwen3-32b"],
+                                                              **dimensions.search_values(problem)}).frame)
+    rows = np.random.default_rng(0).permutation(len(table))[: len(table) // 2]   # reordered, a subset
+    frame = table.frame.iloc[rows].reset_index(drop=True)
+    coded = {name: column.take(rows) for name, column in coded.items()}
+    for name, column in coded.items():
+        codes, values = column.factorize()
+        assert list(np.asarray(values, dtype=object)[codes]) == frame[name].tolist(), name
+    assert np.array_equal(dimensions.candidate_hashes(frame, coded), dimensions.candidate_hashes(frame))

@@ -31,10 +31,29 @@ def candidate_pools(candidates: pd.DataFrame) -> np.ndarray:
     cols = [c for c in POOL_KEY if c in candidates.columns]
     if not cols or (roles == "both").all():
         return np.full(len(candidates), "", dtype=object)
-    key = candidates[cols[0]].astype(str).to_numpy(object)
-    for col in cols[1:]:  # element-wise string concatenation (a row-wise join is 100x slower)
-        key = key + "|" + candidates[col].astype(str).to_numpy(object)
+    key = _joined([candidates[col].astype(str).to_numpy(object) for col in cols], "|")
     return np.where(roles == "both", "", key)
+
+
+def _joined(columns: list[np.ndarray], sep: str) -> np.ndarray:
+    """``sep.join`` of each row's strings of ``columns`` (object arrays of str), built once per
+    distinct combination and taken to the rows (an element-wise concatenation builds one
+    string per row)."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    values = []
+    for column in columns:
+        codes, uniques = pd.factorize(column)
+        key = key * len(uniques) + codes
+        values.append(uniques)
+    codes, keys = pd.factorize(key)
+    texts = []
+    for k in keys:
+        parts = []
+        for uniques in reversed(values):
+            k, at = divmod(int(k), len(uniques))
+            parts.append(uniques[at])
+        texts.append(sep.join(reversed(parts)))
+    return np.array(texts, dtype=object)[codes]
 
 
 def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
@@ -42,8 +61,11 @@ def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
     pool key (``prefill@<key>``, ``decode@<key>``) for the others. Dominance compares only
     candidates of one block: a prefill or decode replica serves a request only with a
     partner of the other role in its pool."""
-    roles, pools = candidate_roles(candidates), candidate_pools(candidates)
-    return np.where(roles == "both", "both", roles + "@" + pools)
+    roles = candidate_roles(candidates)
+    both = roles == "both"
+    if both.all():   # aggregated candidates only: no per-row string concatenation
+        return np.full(len(candidates), "both", dtype=object)
+    return np.where(both, "both", _joined([roles, candidate_pools(candidates)], "@"))
 
 
 def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
@@ -303,14 +325,9 @@ def _capacity_maxima(groups: pd.DataFrame, capacity: pd.DataFrame, block: int = 
     by_code = np.argsort(codes, kind="stable")
     starts = np.flatnonzero(np.r_[True, codes[by_code][1:] != codes[by_code][:-1]])
     sizes = np.diff(np.r_[starts, len(codes)])
-    # a group of one row keeps it (nothing else in the group; a finite capacity row, as
-    # the sweep below would find it)
-    alone = by_code[starts[sizes == 1]]
-    keep[alone[np.isfinite(cap[alone]).all(axis=1)]] = True
-    for start, size in zip(starts, sizes):
+    simple = _keep_group_maxima(cap, by_code, starts, sizes, keep)
+    for start, size in zip(starts[~simple], sizes[~simple]):
         rows = by_code[start:start + size]
-        if size == 1 and keep[rows[0]]:
-            continue
         c = cap[rows]
         live = c.any(axis=0)
         c = c[:, live]
@@ -335,6 +352,28 @@ def _capacity_maxima(groups: pd.DataFrame, capacity: pd.DataFrame, block: int = 
             dominated[start:stop] = (ge & earlier).any(axis=1)
         keep[rows[order[~dominated]]] = True
     return np.flatnonzero(keep)
+
+
+def _keep_group_maxima(cap: np.ndarray, by_code: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
+                       keep: np.ndarray) -> np.ndarray:
+    """Of :func:`_capacity_maxima`: the groups with finite capacities and at most one column
+    any of their rows serves (a role's block, one workload; or none), all at once: each
+    keeps its row of largest capacity (ties: the first position), as the per-group ranking
+    keeps ``order[0]``. Marks them in ``keep``; returns which groups (in ``starts`` order)
+    were handled."""
+    if not len(starts):
+        return np.zeros(0, dtype=bool)
+    sorted_cap = cap[by_code]
+    served = np.logical_or.reduceat(sorted_cap != 0, starts, axis=0).sum(axis=1)   # NaN counts, as any()
+    finite = np.logical_and.reduceat(np.isfinite(sorted_cap).all(axis=1), starts)
+    simple = (served <= 1) & finite
+    group = np.repeat(np.arange(len(starts)), sizes)
+    at = np.flatnonzero(simple[group])
+    # the one served column's value is the row's sum (the other columns are zeros)
+    order = at[np.lexsort((by_code[at], -sorted_cap[at].sum(axis=1), group[at]))]
+    first = np.r_[True, group[order][1:] != group[order][:-1]] if len(order) else np.zeros(0, dtype=bool)
+    keep[by_code[order[first]]] = True
+    return simple
 
 
 def _cheaper_elsewhere(rows: pd.DataFrame, capacity: pd.DataFrame, limited_gpus: set, block: int = 256) -> np.ndarray:

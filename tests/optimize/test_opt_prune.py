@@ -234,15 +234,32 @@ def _maxima_by_hand(codes, cap):
     return keep
 
 
-@pytest.mark.parametrize("workloads", [1, 2, 3])
-def test_capacity_maxima_are_the_pairwise_ones(workloads):
+@pytest.mark.parametrize("workloads,blocks", [(1, False), (2, False), (3, False), (3, True), (4, True)])
+def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
     from planner.optimize.prune import _capacity_maxima
 
     rng = np.random.default_rng(workloads)
     n = 300
     codes = rng.integers(0, 60, n)                     # groups of 0 to ~12 rows, some of one
     cap = rng.integers(0, 4, (n, workloads)).astype(float)
+    if blocks:   # role_blocks-like: most groups serve one column (or none), a few several
+        cap *= (np.arange(workloads)[None, :] == (codes % workloads)[:, None]) | (codes[:, None] % 7 == 0)
     groups = pd.DataFrame({"gpu": [f"g{c % 7}" for c in codes], "price": codes // 7})
     got = _capacity_maxima(groups, pd.DataFrame(cap), block=16)
     assert got.tolist() == _maxima_by_hand(codes, cap)
     assert 0 < len(got) < n
+
+
+def test_blocks_and_pools_are_the_rows_joined():
+    rng = np.random.default_rng(7)
+    n = 500
+    cands = pd.DataFrame({"gpu": rng.choice(["g", "h"], n), "role": rng.choice(["both", "prefill", "decode"], n),
+                          "model": rng.choice(["m1", "m2"], n), "quantization": rng.choice(["bf16", "fp8"], n),
+                          "kv_cache_dtype": rng.choice(["fp8", "bf16"], n)})
+    pools = candidate_pools(cands)
+    blocks = candidate_blocks(cands)
+    for i, row in enumerate(cands.itertuples()):
+        pool = "" if row.role == "both" else f"{row.model}|{row.quantization}|{row.kv_cache_dtype}"
+        assert pools[i] == pool
+        assert blocks[i] == ("both" if row.role == "both" else f"{row.role}@{pool}")
+    assert candidate_blocks(cands.assign(role="both")).tolist() == ["both"] * n
