@@ -366,9 +366,9 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
                 rate = 1.0
             else:
                 rate = w.tokens_per_day / (prompt.mean + output.mean) / SECONDS_PER_DAY
-        resolved.append(ResolvedWorkload(name=w.name, model=model_id, rate_per_s=rate, prompt=prompt,
-                                         output=output, prefix_cache_hit_fraction=w.prefix_cache_hit_fraction,
-                                         slo=w.slo))
+        resolved.append(ResolvedWorkload.model_construct(  # validated values, see the return below
+            name=w.name, model=model_id, rate_per_s=rate, prompt=prompt, output=output,
+            prefix_cache_hit_fraction=w.prefix_cache_hit_fraction, slo=w.slo))
 
     s = spec.search
     gpus = tuple(dict.fromkeys(g.id for i, name in enumerate(s.gpus) if (g := check(catalog.gpu, name, f"search.gpus[{i}]")))) \
@@ -422,9 +422,15 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
         calibration = check(parameters.load, cal_spec)
     if problems:
         raise PlanningInputError(problems)
-    return Problem(spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants,
-                   kv_cache_dtypes=kvs, prices_usd_per_gpu_hour=prices, catalog=catalog,
-                   imported_models=imported, calibration=calibration, warnings=tuple(warnings))
+    # Problem and ResolvedWorkload hold values validated already (the spec, the catalog's
+    # entries, ids the catalog resolved, floats computed from validated floats), so they are
+    # constructed without a validation: it would change nothing and costs its validators'
+    # construction, some 20 ms of each run's start (tests/test_problem_build.py checks that
+    # a validation of the same fields gives equal values of the same types).
+    return Problem.model_construct(
+        spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants, kv_cache_dtypes=kvs,
+        prices_usd_per_gpu_hour=prices, catalog=catalog, imported_models=imported, calibration=calibration,
+        warnings=tuple(warnings))
 
 
 def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:
