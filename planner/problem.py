@@ -225,16 +225,19 @@ class ProblemSpec(Strict):
     name: str = Field(min_length=1)
     description: str | None = None
     workloads: tuple[Workload, ...]
-    search: SearchSpace = SearchSpace()
+    # The sections' defaults are built without a validation (their fields' defaults; the
+    # validators would build at import for nothing, ~10 ms of each run's start;
+    # tests/test_problem_build.py checks them against validated instances).
+    search: SearchSpace = Field(default_factory=SearchSpace.model_construct)
     capacity_table: tuple[CapacityRow, ...] | None = None
     inventory: dict[str, int] = Field(default_factory=dict)
     prices: dict[str, float] = Field(default_factory=dict)
     price_offering: Literal["on-demand", "reserved-1y", "reserved-3y", "spot"] = "on-demand"
     budget_usd_per_hour: float | None = Field(default=None, gt=0)
-    constraints: Constraints = Constraints()
-    optimize: OptimizeOptions = OptimizeOptions()
-    serving: ServingOverrides = ServingOverrides()
-    quality: QualityOptions = QualityOptions()
+    constraints: Constraints = Field(default_factory=Constraints.model_construct)
+    optimize: OptimizeOptions = Field(default_factory=OptimizeOptions.model_construct)
+    serving: ServingOverrides = Field(default_factory=ServingOverrides.model_construct)
+    quality: QualityOptions = Field(default_factory=QualityOptions.model_construct)
     procurement: dict | None = None
     load_profile: LoadProfile | None = None
 

@@ -4,7 +4,8 @@ give equal values of the same types, so that nothing downstream sees a differenc
 
 Covers every shipped problem and a problem with the other inputs a workload or the prices
 can take (tokens_per_day, a trace CSV, an imported Hugging Face config, integer prices and
-rates in the YAML).
+rates in the YAML), and the sections a problem file leaves out, built without a validation
+too (``ProblemSpec``'s default factories).
 """
 
 import shutil
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.problem import Problem, ResolvedWorkload, load_problem
+from planner.problem import Problem, ProblemSpec, ResolvedWorkload, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 HF_8B = ROOT / "tests" / "data" / "hf-configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"
@@ -72,3 +73,12 @@ def test_every_kind_of_workload_and_price_is_what_a_validation_would_build(tmp_p
     assert [type(w.rate_per_s) for w in problem.workloads] == [float] * 4
     assert problem.imported_models and problem.prices_usd_per_gpu_hour["h100-sxm"] == 3.0
     _check(problem)
+
+
+@pytest.mark.parametrize("section", ["search", "constraints", "optimize", "serving", "quality"])
+def test_a_missing_section_is_what_a_validated_default_would_be(section):
+    field = ProblemSpec.model_fields[section]
+    built, validated = field.default_factory(), field.annotation()
+    assert type(built) is type(validated) and built == validated
+    for name in type(built).model_fields:
+        _same(getattr(built, name), getattr(validated, name), f"{section}.{name}")
