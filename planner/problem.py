@@ -19,7 +19,7 @@ from planner.schema import PlanningInputError, Strict
 from planner.problem_lengths import LengthSpec, length_distribution, parse_length_spec, read_trace
 from planner.traffic import LengthDistribution
 from planner.units import SECONDS_PER_DAY
-from planner.yamlio import parse_model, read_yaml_cached
+from planner.yamlio import parse_file_cached
 
 #: Default max-batch grid of the search (engines' typical max_num_seqs values).
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
@@ -447,7 +447,7 @@ def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:
     from planner import limits
 
     catalog = catalog or load_catalog()
-    spec = parse_model(ProblemSpec, read_yaml_cached(path, "problem"), str(path))
+    spec = parse_file_cached(ProblemSpec, path, "problem-spec", str(path))
     try:
         beyond = limits.check_spec(spec)
         if beyond:

@@ -234,22 +234,25 @@ def read_yaml(path: str | Path) -> Any:
     return data
 
 
-def read_yaml_cached(path: str | Path, name: str) -> Any:
-    """:func:`read_yaml` of ``path``, kept in the parsed-input cache (:mod:`planner.catalog_cache`,
-    as ``<name>-yaml``) keyed by the file's bytes: a repeated run with the file unchanged
-    skips the parse, and PyYAML's import when every input is cached (process start). A
-    path that is not a regular file of at most :data:`planner.limits.MAX_INPUT_FILE_BYTES`
-    is parsed directly (:func:`read_yaml` reports it); a failed parse is never cached."""
+def parse_file_cached(cls: type[BaseModel], path: str | Path, name: str, source: str | None = None):
+    """``parse_model(cls, read_yaml(path), source)`` (``source`` defaults to ``path``), kept in
+    the parsed-input cache (:mod:`planner.catalog_cache`, as ``name``) keyed by the file's
+    bytes: a repeated run with the file unchanged loads the validated model instead of
+    parsing and validating it again, and with every input cached a run imports no PyYAML
+    and builds no validator (process start). A path that is not a regular file of at most
+    :data:`planner.limits.MAX_INPUT_FILE_BYTES` is parsed directly (:func:`read_yaml`
+    reports it); a file with an error is never cached (its errors come on every run)."""
     from planner.catalog_cache import cached
 
     path = Path(path)
+    source = str(path) if source is None else source
     try:
         regular = path.is_file() and path.stat().st_size <= limits.MAX_INPUT_FILE_BYTES
     except OSError:
         regular = False
     if not regular:
-        return read_yaml(path)
-    return cached(f"{name}-yaml", path.resolve(), [path], lambda: read_yaml(path))
+        return parse_model(cls, read_yaml(path), source)
+    return cached(name, path.resolve(), [path], lambda: parse_model(cls, read_yaml(path), source))
 
 
 def parse_model(cls: type[BaseModel], data: Any, source: str, root: str = ""):

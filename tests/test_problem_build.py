@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.problem import Problem, ProblemSpec, ResolvedWorkload, load_problem
+from planner.problem import Problem, ProblemSpec, ResolvedWorkload, Slo, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 HF_8B = ROOT / "tests" / "data" / "hf-configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"
@@ -82,3 +82,9 @@ def test_a_missing_section_is_what_a_validated_default_would_be(section):
     assert type(built) is type(validated) and built == validated
     for name in type(built).model_fields:
         _same(getattr(built, name), getattr(validated, name), f"{section}.{name}")
+
+
+def test_an_slo_is_flat_so_its_json_is_its_fields():
+    """planner/outputs/result_json.py writes ``dict(slo)`` (no serializer to build)."""
+    slo = Slo(ttft_p95_s=1, tpot_p95_s=0.05)
+    assert dict(slo) == slo.model_dump() and all(isinstance(v, float) for v in dict(slo).values())

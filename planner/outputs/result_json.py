@@ -138,7 +138,7 @@ def result_to_dict(result: PlanResult) -> dict:
         "workloads": [{"name": w.name, "model": w.model, "rate_per_s": w.rate_per_s,
                        "prompt_tokens": w.prompt.describe() if w.prompt else None,
                        "output_tokens": w.output.describe() if w.output else None,
-                       "slo": w.slo.model_dump() if w.slo else None} for w in problem.workloads],
+                       "slo": dict(w.slo) if w.slo else None} for w in problem.workloads],  # flat: = model_dump()
         "prices_usd_per_gpu_hour": dict(sorted(problem.prices_usd_per_gpu_hour.items())),
         "serving_parameters": _parameters_used(result),
         "margins": margins.describe(),
