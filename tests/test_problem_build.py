@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import yaml
 
-from planner.problem import Problem, ProblemSpec, ResolvedWorkload, Slo, load_problem
+from planner.problem import Problem, ProblemSpec, ResolvedWorkload, ServingOverrides, Slo, load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
 HF_8B = ROOT / "tests" / "data" / "hf-configs" / "meta-llama--Meta-Llama-3.1-8B_config.json"
@@ -88,3 +88,14 @@ def test_an_slo_is_flat_so_its_json_is_its_fields():
     """planner/outputs/result_json.py writes ``dict(slo)`` (no serializer to build)."""
     slo = Slo(ttft_p95_s=1, tpot_p95_s=0.05)
     assert dict(slo) == slo.model_dump() and all(isinstance(v, float) for v in dict(slo).values())
+
+
+@pytest.mark.parametrize("given", [{}, {"engine": "sglang", "memory_efficiency": 0.7, "workspace_bytes": 0}])
+def test_the_serving_overrides_are_the_sections_dump_without_its_serializer(given):
+    """planner/search.py serving_overrides iterates the flat section instead of model_dump()."""
+    from planner.search import serving_overrides
+
+    spec = ProblemSpec.model_construct(serving=ServingOverrides(**given))
+    problem = Problem.model_construct(spec=spec)
+    expected = spec.serving.model_dump(exclude_none=True, exclude={"calibration", "engine"})
+    assert serving_overrides(problem) == expected and list(serving_overrides(problem)) == list(expected)
