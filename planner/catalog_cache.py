@@ -3,7 +3,8 @@ YAML parsing and the validation of files that have not changed.
 
 Where: ``$PLANNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/llm-planner``, else
 ``~/.cache/llm-planner``; ``PLANNER_CACHE_DIR=off`` (or an empty value) turns the cache off.
-One file per cached thing and source (a catalog directory, a calibration file),
+One file per cached thing and source (a catalog directory, a calibration file, the validated
+model of a problem file or a catalog table: :func:`planner.yamlio.parse_file_cached`),
 ``<name>-<digest of the source path>.pickle``,
 holds a key (a line of hex digits) and the pickled object. The key is a SHA-256 of
 :data:`CACHE_FORMAT`, the Python and pydantic versions, the size and modification time of

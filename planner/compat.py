@@ -9,7 +9,7 @@ from pydantic import Field
 
 from planner.catalog import DEFAULT_CATALOG_DIR, load_catalog
 from planner.schema import PlanningInputError, Strict
-from planner.yamlio import parse_model, read_yaml
+from planner.yamlio import parse_file_cached
 
 ENGINES_FILE = "engines.yaml"
 #: Rejection reasons of this table (planner/search.py REASONS), in check order.
@@ -101,7 +101,7 @@ def engine_table(catalog) -> EngineTable:
 def load_table(path: str, catalog_dir: str, cls, check):
     """Parse the table file ``path`` into ``cls`` and ``check(doc, catalog, path)`` its ids
     against the catalog of ``catalog_dir`` (shared by engines.yaml and quality.yaml)."""
-    doc = parse_model(cls, read_yaml(path), path)
+    doc = parse_file_cached(cls, path, f"table-{cls.__name__}", path)
     check(doc, load_catalog(catalog_dir), path)
     return doc
 

@@ -19,7 +19,7 @@ from planner.schema import PlanningInputError, Strict
 from planner.problem_lengths import LengthSpec, length_distribution, parse_length_spec, read_trace
 from planner.traffic import LengthDistribution
 from planner.units import SECONDS_PER_DAY
-from planner.yamlio import parse_model, read_yaml
+from planner.yamlio import parse_file_cached
 
 #: Default max-batch grid of the search (engines' typical max_num_seqs values).
 DEFAULT_MAX_BATCH = (8, 16, 32, 48, 64, 96, 128, 192, 256, 384)
@@ -225,16 +225,19 @@ class ProblemSpec(Strict):
     name: str = Field(min_length=1)
     description: str | None = None
     workloads: tuple[Workload, ...]
-    search: SearchSpace = SearchSpace()
+    # The sections' defaults are built without a validation (their fields' defaults; the
+    # validators would build at import for nothing, ~10 ms of each run's start;
+    # tests/test_problem_build.py checks them against validated instances).
+    search: SearchSpace = Field(default_factory=SearchSpace.model_construct)
     capacity_table: tuple[CapacityRow, ...] | None = None
     inventory: dict[str, int] = Field(default_factory=dict)
     prices: dict[str, float] = Field(default_factory=dict)
     price_offering: Literal["on-demand", "reserved-1y", "reserved-3y", "spot"] = "on-demand"
     budget_usd_per_hour: float | None = Field(default=None, gt=0)
-    constraints: Constraints = Constraints()
-    optimize: OptimizeOptions = OptimizeOptions()
-    serving: ServingOverrides = ServingOverrides()
-    quality: QualityOptions = QualityOptions()
+    constraints: Constraints = Field(default_factory=Constraints.model_construct)
+    optimize: OptimizeOptions = Field(default_factory=OptimizeOptions.model_construct)
+    serving: ServingOverrides = Field(default_factory=ServingOverrides.model_construct)
+    quality: QualityOptions = Field(default_factory=QualityOptions.model_construct)
     procurement: dict | None = None
     load_profile: LoadProfile | None = None
 
@@ -366,9 +369,9 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
                 rate = 1.0
             else:
                 rate = w.tokens_per_day / (prompt.mean + output.mean) / SECONDS_PER_DAY
-        resolved.append(ResolvedWorkload(name=w.name, model=model_id, rate_per_s=rate, prompt=prompt,
-                                         output=output, prefix_cache_hit_fraction=w.prefix_cache_hit_fraction,
-                                         slo=w.slo))
+        resolved.append(ResolvedWorkload.model_construct(  # validated values, see the return below
+            name=w.name, model=model_id, rate_per_s=rate, prompt=prompt, output=output,
+            prefix_cache_hit_fraction=w.prefix_cache_hit_fraction, slo=w.slo))
 
     s = spec.search
     gpus = tuple(dict.fromkeys(g.id for i, name in enumerate(s.gpus) if (g := check(catalog.gpu, name, f"search.gpus[{i}]")))) \
@@ -422,9 +425,15 @@ def resolve_problem(spec: ProblemSpec, path: str, catalog: Catalog) -> Problem:
         calibration = check(parameters.load, cal_spec)
     if problems:
         raise PlanningInputError(problems)
-    return Problem(spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants,
-                   kv_cache_dtypes=kvs, prices_usd_per_gpu_hour=prices, catalog=catalog,
-                   imported_models=imported, calibration=calibration, warnings=tuple(warnings))
+    # Problem and ResolvedWorkload hold values validated already (the spec, the catalog's
+    # entries, ids the catalog resolved, floats computed from validated floats), so they are
+    # constructed without a validation: it would change nothing and costs its validators'
+    # construction, some 20 ms of each run's start (tests/test_problem_build.py checks that
+    # a validation of the same fields gives equal values of the same types).
+    return Problem.model_construct(
+        spec=spec, path=str(path), workloads=tuple(resolved), gpus=gpus, quantization=quants, kv_cache_dtypes=kvs,
+        prices_usd_per_gpu_hour=prices, catalog=catalog, imported_models=imported, calibration=calibration,
+        warnings=tuple(warnings))
 
 
 def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:
@@ -438,7 +447,7 @@ def load_problem(path: str | Path, catalog: Catalog | None = None) -> Problem:
     from planner import limits
 
     catalog = catalog or load_catalog()
-    spec = parse_model(ProblemSpec, read_yaml(path), str(path))
+    spec = parse_file_cached(ProblemSpec, path, "problem-spec", str(path))
     try:
         beyond = limits.check_spec(spec)
         if beyond:

@@ -45,7 +45,9 @@ REASONS = (
 
 def serving_overrides(problem: Problem) -> dict:
     """The problem's explicit ``serving:`` parameter overrides."""
-    return problem.spec.serving.model_dump(exclude_none=True, exclude={"calibration", "engine"})
+    # the section is flat: its model_dump(exclude_none=True, exclude=...), without building
+    # its serializer (the one pydantic build of a warm run: process start, issue 19)
+    return {k: v for k, v in problem.spec.serving if v is not None and k not in ("calibration", "engine")}
 
 
 def serving_params(problem: Problem, rows: pd.DataFrame | None = None, coded: dict | None = None) -> ServingParams:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import difflib
+import functools
 import math
 import re
 import typing
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner import limits
@@ -61,6 +60,8 @@ def allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
 
 def suggest(name: str, choices) -> str:
     """`` (did you mean 'h100-sxm'?)`` for a near miss, else an empty string."""
+    import difflib  # only for a near miss to report (process start)
+
     close = difflib.get_close_matches(name.lower(), list(choices), n=1, cutoff=0.6)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
@@ -104,30 +105,43 @@ def _reject_nan(node: Any, loc: tuple, problems: list[str]) -> None:
             _reject_nan(value, loc + (i,), problems)
 
 
-#: libyaml's C parser when PyYAML was built with it (8x faster on the catalogs), else pure Python.
-#: Both are "safe" loaders: plain data only, no arbitrary Python objects.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
 _BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{t}" for t in ("bool", "int", "float"))
 
 
-class _StrictLoader(_SAFE_LOADER):
-    """A safe loader with YAML 1.2 core scalars: ``true``/``false`` only are booleans and
+@functools.cache
+def _strict_loader():
+    """The loader class of :func:`read_yaml`, built at the first parse, so that a run whose
+    inputs all come from the parsed-input cache (:mod:`planner.catalog_cache`) never
+    imports PyYAML (process start).
+
+    A safe loader with YAML 1.2 core scalars: ``true``/``false`` only are booleans and
     integers are decimal, so ``yes``, ``on``, ``0x28``, ``010`` and ``1:20`` stay strings
-    (and are rejected where a number is expected) instead of being coerced silently."""
+    (and are rejected where a number is expected) instead of being coerced silently. It is
+    libyaml's C parser when PyYAML was built with it (8x faster on the catalogs), else pure
+    Python; both are "safe" loaders: plain data only, no arbitrary Python objects.
+    """
+    import yaml
 
+    safe_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
-    for first, resolvers in _SAFE_LOADER.yaml_implicit_resolvers.items()}
-_StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-_StrictLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
-_StrictLoader.add_implicit_resolver(_FLOAT, re.compile(
-    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
-    list("-+0123456789."))
+    class _StrictLoader(safe_loader):
+        pass
+
+    _StrictLoader.yaml_implicit_resolvers = {
+        first: [(tag, rx) for tag, rx in resolvers if tag not in (_BOOL, _INT, _FLOAT)]
+        for first, resolvers in safe_loader.yaml_implicit_resolvers.items()}
+    _StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    _StrictLoader.add_implicit_resolver(_INT, re.compile(r"^[-+]?[0-9]+$"), list("-+0123456789"))
+    _StrictLoader.add_implicit_resolver(_FLOAT, re.compile(
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        list("-+0123456789."))
+    _StrictLoader.add_constructor(_INT, _construct_int)
+    return _StrictLoader
 
 
 def _construct_int(loader, node):
+    import yaml
+
     text = loader.construct_scalar(node).replace("_", "")
     digits = len(text.lstrip("+-"))
     if digits > limits.MAX_INT_DIGITS:
@@ -138,9 +152,6 @@ def _construct_int(loader, node):
     except ValueError:
         raise yaml.constructor.ConstructorError(None, None, f"not a decimal integer: {text!r}",
                                                 node.start_mark) from None
-
-
-_StrictLoader.add_constructor(_INT, _construct_int)
 
 
 def _shape_problem(data: Any) -> str | None:
@@ -193,6 +204,8 @@ def read_yaml(path: str | Path) -> Any:
         :data:`planner.limits.MAX_YAML_DEPTH`, a NaN/inf, or a number beyond
         :data:`planner.limits.MAX_ABS_NUMBER`.
     """
+    import yaml
+
     path = Path(path)
     try:
         text = limits.read_text_bounded(path)
@@ -201,7 +214,7 @@ def read_yaml(path: str | Path) -> Any:
     except (OSError, ValueError) as exc:
         raise PlanningInputError(f"{path}: cannot read: {exc}") from None
     try:
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a safe loader)
+        data = yaml.load(text, Loader=_strict_loader())  # noqa: S506 (a safe loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -219,6 +232,27 @@ def read_yaml(path: str | Path) -> Any:
     if problems:
         raise PlanningInputError([f"{path}: {p}" for p in problems])
     return data
+
+
+def parse_file_cached(cls: type[BaseModel], path: str | Path, name: str, source: str | None = None):
+    """``parse_model(cls, read_yaml(path), source)`` (``source`` defaults to ``path``), kept in
+    the parsed-input cache (:mod:`planner.catalog_cache`, as ``name``) keyed by the file's
+    bytes: a repeated run with the file unchanged loads the validated model instead of
+    parsing and validating it again, and with every input cached a run imports no PyYAML
+    and builds no validator (process start). A path that is not a regular file of at most
+    :data:`planner.limits.MAX_INPUT_FILE_BYTES` is parsed directly (:func:`read_yaml`
+    reports it); a file with an error is never cached (its errors come on every run)."""
+    from planner.catalog_cache import cached
+
+    path = Path(path)
+    source = str(path) if source is None else source
+    try:
+        regular = path.is_file() and path.stat().st_size <= limits.MAX_INPUT_FILE_BYTES
+    except OSError:
+        regular = False
+    if not regular:
+        return parse_model(cls, read_yaml(path), source)
+    return cached(name, path.resolve(), [path], lambda: parse_model(cls, read_yaml(path), source))
 
 
 def parse_model(cls: type[BaseModel], data: Any, source: str, root: str = ""):

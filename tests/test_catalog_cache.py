@@ -133,3 +133,56 @@ def test_the_calibration_file_is_parsed_once_per_version(cache, tmp_path, monkey
     assert calibration.load_calibration(path) == expected and reads == []
     path.write_text(path.read_text() + "# edited\n")
     assert calibration.load_calibration(path) == expected and reads == [path]
+
+
+def test_a_problem_file_is_validated_once_per_version_and_errors_are_never_cached(cache, tmp_path, monkeypatch):
+    from planner import yamlio
+    from planner.problem import load_problem
+
+    path = tmp_path / "p.yaml"
+    shutil.copy(Path(__file__).resolve().parent.parent / "problems" / "chat-70b.yaml", path)
+    expected = load_problem(path).spec                                 # validated, stored
+    assert any(f.name.startswith("problem-spec-") for f in cache.iterdir())
+    reads = []
+    real = yamlio.read_yaml
+    monkeypatch.setattr(yamlio, "read_yaml", lambda p: reads.append(p) or real(p))
+    hit = load_problem(path).spec
+    assert hit == expected and hit is not expected and reads == []      # a hit: no parse
+    path.write_text(path.read_text().replace("name: ", "name: x", 1))
+    assert load_problem(path).spec.name == "x" + expected.name and reads == [path]
+    path.write_text("name: [unclosed\n")
+    for _ in range(2):                                                  # the same error, never stored
+        with pytest.raises(PlanningInputError, match="YAML syntax error"):
+            load_problem(path)
+    path.write_text("name: p\nworkloads: []\n")
+    for _ in range(2):
+        with pytest.raises(PlanningInputError, match="workloads: give at least one workload"):
+            load_problem(path)
+    assert reads == [path] * 5
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_a_path_the_cache_cannot_key_gets_the_plain_read_error(cache, tmp_path, kind):
+    from planner import yamlio
+    from planner.problem import ProblemSpec
+
+    path = tmp_path / "p.yaml"
+    if kind == "directory":
+        path.mkdir()
+    with pytest.raises(PlanningInputError) as direct:
+        yamlio.read_yaml(path)
+    with pytest.raises(PlanningInputError) as cached:
+        yamlio.parse_file_cached(ProblemSpec, path, "problem-spec")
+    assert cached.value.problems == direct.value.problems
+    assert not cache.exists() or not list(cache.iterdir())
+
+
+def test_a_file_beyond_the_input_limit_is_never_read_whole_for_a_key(cache, tmp_path, monkeypatch):
+    from planner import limits, yamlio
+    from planner.problem import Slo
+
+    path = tmp_path / "p.yaml"
+    path.write_text("ttft_p95_s: 1\ntpot_p95_s: 0.05\n")
+    monkeypatch.setattr(limits, "MAX_INPUT_FILE_BYTES", 3)     # read_yaml's own bound stays 16 MiB
+    monkeypatch.setattr(catalog_cache, "cached", lambda *a: pytest.fail("keyed a file beyond the limit"))
+    assert yamlio.parse_file_cached(Slo, path, "slo") == Slo(ttft_p95_s=1, tpot_p95_s=0.05)

@@ -246,3 +246,26 @@ def test_infeasible_problem_still_reports(tmp_path):
     assert {p.name for p in out.iterdir()} == TOP_FILES
     assert "No plan meets the SLOs" in (out / "report.md").read_text()
     assert len(pd.read_csv(out / "plans.csv")) == 0
+
+
+def test_records_are_the_frames_to_dict_records_value_for_value():
+    """result_json._records (the deployments and routing rows of the JSON) gives what
+    ``DataFrame.to_dict(orient="records")`` gives: the same keys in order, values and types."""
+    import numpy as np
+
+    from planner.outputs.result_json import _records
+
+    frame = pd.DataFrame({
+        "candidate_id": ["a", "b", "c"], "replicas": np.array([1, 2, 3], dtype=np.int64),
+        "usd_per_hour": [1.5, float("nan"), 3.0], "spare": [True, False, True],
+        "ep": pd.Series([np.int64(2), None, 4], dtype=object), "pool": [None, "prefill", float("nan")],
+        "ratio": pd.Series([np.float32(0.5), np.float64(0.25), np.bool_(True)], dtype=object),
+        "name": pd.Series(["x", None, "z"], dtype="str"),
+    })
+    got, expected = _records(frame), frame.to_dict(orient="records")
+    assert [list(r) for r in got] == [list(r) for r in expected]
+    for row, want in zip(got, expected):
+        for key, value in row.items():
+            assert type(value) is type(want[key]), key
+            assert value == want[key] or (value != value and want[key] != want[key]), key
+    assert _records(frame.iloc[:0]) == []
