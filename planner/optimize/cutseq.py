@@ -19,6 +19,10 @@ forbade S, the canonical plan's set), the looked-ahead cost solve is its cost so
 same model and hint, proven optimal or infeasible, so the same canonical plan follows);
 otherwise it is dropped. A looked-ahead solve is counted (``num_solves``) by the plan that
 uses it. Without a combined objective or the uniqueness proof, nothing is looked ahead.
+
+Every cost solve after the first also carries the floor ``weight * cost + T >= key`` of the
+sequence's last proven optimum: the model only gains cuts, so no later optimum is below
+it (a valid row, the same plans; CP-SAT need not prove the bound again).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class CutSequence:
         self.built, self.model = built, model
         self.pending: tuple[frozenset, CostPhase] | None = None
         self._greedy: tuple | None = None
+        self.floor: tuple[int, int] | None = None    # (weight, least key any later solve can reach)
 
     def solve(self, options: SolverOptions, look_ahead: bool = True,
               ahead_options: SolverOptions | None = None) -> SolveResult:
@@ -51,16 +56,16 @@ class CutSequence:
         ``ahead_options``: those of the next solve (default ``options``), which the
         looked-ahead cost solve uses."""
         current = replace(self.built, model=self.model)
-        phase = (self.pending[1] if self.pending is not None
-                 else cost_phase(current, options, greedy=self.greedy()))
+        phase = self.pending[1] if self.pending is not None else self._cost_phase(self.model, options)
         self.pending = None
+        if phase.key is not None:
+            self.floor = (phase.weight, phase.key)
         if not (look_ahead and options.prove_unique_plan and phase.key is not None):
             return finish_solve(current, phase, options)
         support = frozenset(self.built.replicas.index[phase.y > 0])
         ahead_model = self.model.clone()
         ahead_model.add_bool_or(no_good_cut(self.built, support))
-        ahead = cost_phase(replace(self.built, model=ahead_model), ahead_options or options,
-                           greedy=self.greedy())
+        ahead = self._cost_phase(ahead_model, ahead_options or options)
         decided = ahead.status == SolveStatus.INFEASIBLE or ahead.key is not None
         one_support = ahead.status == SolveStatus.INFEASIBLE or (ahead.key is not None and ahead.key > phase.key)
         result = finish_solve(current, phase, options, one_support=one_support)
@@ -68,6 +73,16 @@ class CutSequence:
                 self.built.replicas.index[result.replicas.to_numpy() > 0]) == support:
             self.pending = (support, ahead)
         return result
+
+    def _cost_phase(self, model: cp_model.CpModel, options: SolverOptions) -> CostPhase:
+        """The cost solve of ``model``, with the sequence's floor: the models only gain cuts, so
+        no later optimum of ``weight * cost + T`` is below an earlier one (a valid bound that
+        spares CP-SAT the proof up to it)."""
+        if self.floor is not None:
+            model = model.clone()
+            weight, floor = self.floor
+            model.add(weight * self.built.cost_expr + self.built.tie_break_expr >= floor).with_name("floor")
+        return cost_phase(replace(self.built, model=model), options, greedy=self.greedy())
 
     def greedy(self) -> tuple:
         """The greedy hint of the sequence's data (the same for every solve), computed once."""

@@ -20,12 +20,15 @@ TIE_BREAK_RULE = ("among cost-optimal plans: least sum of weight * replicas (dis
                   "(candidate_id, workload) order")
 # Largest |objective| for which cost and the rank tie-break share one weighted objective.
 COMBINED_OBJECTIVE_LIMIT = 2**62
-#: CP-SAT presolve rounds of every solve (CP-SAT's default is 3). On the planner's models
-#: the later rounds find little and cost up to half of a solve (issue 19, CPU time of the
-#: ranking's solves with one round vs three: 0.66 vs 0.81 s on the large benchmark problem,
-#: 1.36 vs 1.92 s and 1.37 vs 1.95 s on the disaggregated vs-aiconfigurator models, 0.30 vs
-#: 0.38 s on a default one); proven results do not depend on it.
+#: CP-SAT presolve rounds and probing level of every solve (CP-SAT's defaults: 3 and 2). On
+#: the planner's models the later rounds and the probing find little and cost up to half of
+#: a solve. Issue 19, CPU time of the ranking's solves replayed with the planner's settings
+#: (gap 0, seed 0), defaults vs these: the large benchmark problem 1.02 vs 0.50 s, the
+#: disaggregated vs-aiconfigurator models 1.59 vs 0.77 s and 1.78 vs 1.07 s, two default ones
+#: 0.23 vs 0.14 s and 0.45 vs 0.25 s (one round alone: 0.68, 1.14, 1.71, 0.19, 0.49 s).
+#: Proven results do not depend on them.
 PRESOLVE_ITERATIONS = 1
+PROBING_LEVEL = 0
 
 
 @dataclass
@@ -56,6 +59,7 @@ def new_solver(options: SolverOptions, time_limit_s: float) -> cp_model.CpSolver
     params.relative_gap_limit = options.relative_gap_limit
     params.log_search_progress = options.log_search_progress
     params.max_presolve_iterations = PRESOLVE_ITERATIONS
+    params.cp_model_probing_level = PROBING_LEVEL
     return solver
 
 

@@ -107,3 +107,8 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
     separate = plan_alternatives(inst, 5, FAST, face_limit=6)
     assert not any(flags)
     assert _plan_tables(ahead) == _plan_tables(separate) and len(ahead) >= 3
+    from dataclasses import replace          # and without the floor rows of the later cost solves
+
+    monkeypatch.setattr(cutseq.CutSequence, "_cost_phase", lambda self, model, options: cutseq.cost_phase(
+        replace(self.built, model=model), options, greedy=self.greedy()))
+    assert _plan_tables(plan_alternatives(inst, 5, FAST, face_limit=6)) == _plan_tables(ahead)
