@@ -66,7 +66,8 @@ class Curves:
     positions into ``pool`` of the candidates of workload w with capacity > 0 at the
     problem's SLO (a tighter target can only lower a capacity); ``arrays[w]``,
     ``params[w]``, ``traffic[w]``: their serving-model inputs, which the exact capacities
-    reuse.
+    reuse; ``distinct[w]``: ``(curve, inverse)``, the curve of each distinct configuration
+    and, per row, the index of its configuration (``curves[w]`` is ``curve[inverse]``).
     """
 
     def __init__(self, problem: Problem, feasible: pd.DataFrame, params: ProblemParams):
@@ -75,6 +76,7 @@ class Curves:
         self.frame = feasible.iloc[self.pool]
         self.names = [w.name for w in problem.workloads]
         self.rows, self.curves, self.arrays, self.params, self.traffic = {}, {}, {}, {}, {}
+        self.distinct = {}
         self.used, self.optimum = (), None
         self.gpu_types, self.blocks = self.frame["gpu"].to_numpy(), candidate_blocks(self.frame)
         # integer codes of both, for the dominance test's pairwise comparisons
@@ -96,6 +98,7 @@ class Curves:
             curve = occupancy_curve(self.arrays[w.name].take(first), self.params[w.name].take(first),
                                     self.traffic[w.name], FRONT_CURVE_POINTS)
             self.curves[w.name] = {key: value[inverse] for key, value in curve.items()}
+            self.distinct[w.name] = (curve, inverse)
 
     def fastest(self, metric: str) -> float:
         """The smallest target at which every workload still has some candidate (trickle load)."""

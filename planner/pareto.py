@@ -68,12 +68,16 @@ def knee_target(problem: Problem, curves: Curves, metric: str, elasticity: float
     for w in problem.workloads:
         if w.name not in curves.rows:
             continue
-        pos, curve = curves.rows[w.name], curves.curves[w.name]
+        # twins of a configuration share its curve: the cheapest twin's price per unit is
+        # the configuration's (the same minimum as over every row, computed once per configuration)
+        curve, inverse = curves.distinct[w.name]
+        cheapest = np.full(len(curve["rate_per_s"]), np.inf)
+        np.minimum.at(cheapest, inverse, price[curves.rows[w.name]])
         for i, t in enumerate(grid):
             ttft, tpot = front_slos(w, metric, float(t))
             cap = margins.planned_capacity(lambda a, b, curve=curve: capacity_from_curve(curve, a, b), ttft, tpot)
             with np.errstate(divide="ignore"):
-                per_unit = np.where(cap > 0, price[pos] / np.where(cap > 0, cap, 1.0), np.inf)
+                per_unit = np.where(cap > 0, cheapest / np.where(cap > 0, cap, 1.0), np.inf)
             cost[i] += w.rate_per_s * float(per_unit.min())
     knee = loosest
     for i in range(len(grid) - 2, -1, -1):

@@ -137,3 +137,34 @@ def test_fronts_flag_none_mixed_used(tmp_path):
     front_gpus = {d.split()[1] for p in mixed for d in p["deployments"].split("; ")}
     assert {p["front"] for p in used} == {"mixed"} | plan_gpus | front_gpus
     assert [p for p in used if p["front"] == "mixed"] == mixed
+
+
+def test_knee_from_distinct_configurations_equals_the_knee_over_every_row(tmp_path):
+    import numpy as np
+
+    from planner.front_capacity import Curves
+    from planner.pareto import knee_target
+
+    # bf16 and fp16 weights / KV cache: twins (one configuration, one curve) in the pool
+    spec = {**SPEC, "search": {**SPEC["search"], "quantization": ["bf16", "fp16"],
+                               "kv_cache_dtype": ["bf16", "fp16"]}}
+    solved = plan(load_problem(_write(tmp_path, spec)), pareto=False)
+    feasible = solved.candidates[solved.candidates["feasible"]]
+    curves = Curves(solved.problem, feasible, solved.params)
+    twins = 0
+    for name, (curve, inverse) in curves.distinct.items():
+        for key, value in curve.items():
+            np.testing.assert_array_equal(value[inverse], curves.curves[name][key])
+        twins += len(inverse) - len(curve["rate_per_s"])
+    assert twins > 0   # the twins' reduction is exercised
+    per_row = Curves(solved.problem, feasible, solved.params)
+    per_row.distinct = {name: (curve, np.arange(len(curve["rate_per_s"])))
+                        for name, curve in per_row.curves.items()}
+    # twins at different prices: the cheapest one counts
+    price = curves.frame["usd_per_replica_hour"].to_numpy(float) * (1.0 + 0.25 * (np.arange(len(curves.frame)) % 3))
+    for c in (curves, per_row):
+        c.frame = c.frame.assign(usd_per_replica_hour=price)
+    for metric in ("tpot_p95_s", "ttft_p95_s"):
+        for elasticity in (0.5, 3.0):
+            assert knee_target(solved.problem, curves, metric, elasticity) == \
+                knee_target(solved.problem, per_row, metric, elasticity)
