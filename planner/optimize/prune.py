@@ -73,13 +73,20 @@ def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFram
     present: a candidate's capacities sit in its own block, zeros elsewhere, so dominance on
     these columns never lets a candidate replace one of another role or pool. Without
     roles other than ``both``: the capacities themselves."""
-    present = sorted(set(blocks), key=lambda b: (b != "both", b))
+    codes, labels = pd.factorize(np.asarray(blocks, dtype=object), use_na_sentinel=False)   # labels compared once
+    code_of = dict(zip(labels, range(len(labels))))
+    present = sorted(code_of, key=lambda b: (b != "both", b))
     if present == ["both"] or not present:
         return capacity_per_s
     cap = capacity_per_s.to_numpy(float)
-    parts = [np.where((blocks == b)[:, None], cap, 0.0) for b in present]
+    width = cap.shape[1]
+    at = np.empty(len(labels), dtype=np.int64)               # a label's block position
+    at[[code_of[b] for b in present]] = np.arange(len(present))
+    out = np.zeros((len(cap), len(present) * width))
+    # each row's capacities into its block's columns (zeros elsewhere)
+    out[np.arange(len(cap))[:, None], at[codes][:, None] * width + np.arange(width)] = cap
     columns = [f"{c}@{b}" for b in present for c in capacity_per_s.columns]
-    return pd.DataFrame(np.hstack(parts), index=capacity_per_s.index, columns=columns)
+    return pd.DataFrame(out, index=capacity_per_s.index, columns=columns)
 
 
 def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, block: int = 256) -> pd.Series:
