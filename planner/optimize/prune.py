@@ -73,7 +73,8 @@ def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFram
     present: a candidate's capacities sit in its own block, zeros elsewhere, so dominance on
     these columns never lets a candidate replace one of another role or pool. Without
     roles other than ``both``: the capacities themselves."""
-    codes, labels = pd.factorize(np.asarray(blocks, dtype=object), use_na_sentinel=False)   # labels compared once
+    # the labels compared once, not per row
+    codes, labels = pd.factorize(np.asarray(blocks, dtype=object), use_na_sentinel=False)
     code_of = dict(zip(labels, range(len(labels))))
     present = sorted(code_of, key=lambda b: (b != "both", b))
     if present == ["both"] or not present:
@@ -303,7 +304,8 @@ def _pools_covered(pools: list[np.ndarray], weak, block: int = 256) -> np.ndarra
     starts = np.cumsum([0] + [len(p) for p in pools[:-1]])
     has = np.empty((len(rows), len(pools)), dtype=bool)      # [i, b]: some row of pool b dominates i
     for start in range(0, len(rows), block):
-        has[start:start + block] = np.logical_or.reduceat(weak(rows, rows[start:start + block]), starts, axis=1)
+        some = weak(rows, rows[start:start + block])
+        has[start:start + block] = np.logical_or.reduceat(some, starts, axis=1)
     return np.logical_and.reduceat(has, starts, axis=0)
 
 
