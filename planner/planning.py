@@ -317,8 +317,8 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
     if routing.empty:
         return deployments
     cols = [f"central_capacity_per_s[{w}]" for w in routing["workload"]]
-    rows = candidates.loc[routing["candidate_id"]]
-    cap = rows.to_numpy()[np.arange(len(rows)), rows.columns.get_indexer(cols)].astype(float)
+    rows = candidates.loc[routing["candidate_id"], list(dict.fromkeys(cols))]   # the columns read only
+    cap = rows.to_numpy(float)[np.arange(len(rows)), rows.columns.get_indexer(cols)]
     share = pd.Series(routing["rate_per_s"].to_numpy(float) / cap)
     share = share.groupby(routing["candidate_id"].to_numpy()).sum()
     per = deployments.set_index("candidate_id")

@@ -333,10 +333,10 @@ def _by_role(problem: Problem, rows: pd.DataFrame, workload, params: ServingPara
         pos = np.flatnonzero(roles == role)
         if not len(pos):
             continue
-        sub, sub_arrays, sub_params = rows.iloc[pos], arrays.take(pos), params.take(pos)
-        if role == "both":
-            got = workload_capacity(problem, sub.drop(columns="role"), workload, sub_params, tpot, ttft,
-                                    arrays=sub_arrays, margins=margins)
+        sub_arrays, sub_params = arrays.take(pos), params.take(pos)
+        if role == "both":   # (the role rows' capacities read their arrays only, not the rows)
+            got = workload_capacity(problem, rows.iloc[pos].drop(columns="role"), workload, sub_params,
+                                    tpot, ttft, arrays=sub_arrays, margins=margins)
         else:
             got = disagg_roles.role_capacity(role, sub_arrays, sub_params, traffic, workload, ttft, tpot,
                                              margins or Margins(confidence=0.5, max_load_fraction=1.0),

@@ -73,16 +73,24 @@ def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFram
     present: a candidate's capacities sit in its own block, zeros elsewhere, so dominance on
     these columns never lets a candidate replace one of another role or pool. Without
     roles other than ``both``: the capacities themselves."""
-    present = sorted(set(blocks), key=lambda b: (b != "both", b))
+    # the labels compared once, not per row
+    codes, labels = pd.factorize(np.asarray(blocks, dtype=object), use_na_sentinel=False)
+    code_of = dict(zip(labels, range(len(labels))))
+    present = sorted(code_of, key=lambda b: (b != "both", b))
     if present == ["both"] or not present:
         return capacity_per_s
     cap = capacity_per_s.to_numpy(float)
-    parts = [np.where((blocks == b)[:, None], cap, 0.0) for b in present]
+    width = cap.shape[1]
+    at = np.empty(len(labels), dtype=np.int64)               # a label's block position
+    at[[code_of[b] for b in present]] = np.arange(len(present))
+    out = np.zeros((len(cap), len(present) * width))
+    # each row's capacities into its block's columns (zeros elsewhere)
+    out[np.arange(len(cap))[:, None], at[codes][:, None] * width + np.arange(width)] = cap
     columns = [f"{c}@{b}" for b in present for c in capacity_per_s.columns]
-    return pd.DataFrame(np.hstack(parts), index=capacity_per_s.index, columns=columns)
+    return pd.DataFrame(out, index=capacity_per_s.index, columns=columns)
 
 
-def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:
+def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, block: int = 256) -> pd.Series:
     """Find candidates that can be removed without changing the optimum.
 
     Parameters
@@ -92,6 +100,9 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> p
         ``usd_per_replica_hour``.
     capacity_per_s : pandas.DataFrame
         Same index and order, one column per workload [1/s].
+    block : int, default 256
+        Candidates compared with their GPU type's others at once (memory: block x group x
+        workloads booleans).
 
     Returns
     -------
@@ -119,15 +130,17 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> p
     for gpu, rows in candidates.groupby("gpu", sort=True).indices.items():
         rows = np.sort(rows[~useless[rows]])
         c, g, p = cap[rows], gpr[rows], price[rows]
-        for pos, j in enumerate(rows):
-            weak = (c >= c[pos]).all(axis=1) & (g <= g[pos]) & (p <= p[pos])
-            strict = (c > c[pos]).any(axis=1) | (g < g[pos]) | (p < p[pos])
-            earlier = np.arange(len(rows)) < pos
+        for start in range(0, len(rows), block):   # [pos, i]: row i dominates row pos
+            at = np.arange(start, min(start + block, len(rows)))
+            weak = ((c[None, :, :] >= c[at, None, :]).all(axis=2) & (g[None, :] <= g[at, None])
+                    & (p[None, :] <= p[at, None]))
+            strict = ((c[None, :, :] > c[at, None, :]).any(axis=2) | (g[None, :] < g[at, None])
+                      | (p[None, :] < p[at, None]))
+            earlier = np.arange(len(rows))[None, :] < at[:, None]
             dominators = weak & (strict | earlier)
-            dominators[pos] = False
-            if dominators.any():
-                dominated_by[ids[j]] = _kept_dominator(rows[dominators], c[dominators], g[dominators],
-                                                       p[dominators], ids)
+            dominators[np.arange(len(at)), at] = False
+            for pos, mask in zip(at[dominators.any(axis=1)], dominators[dominators.any(axis=1)]):
+                dominated_by[ids[rows[pos]]] = _kept_dominator(rows[mask], c[mask], g[mask], p[mask], ids)
     for j in np.flatnonzero(useless):
         dominated_by[ids[j]] = NO_CAPACITY
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
@@ -248,7 +261,7 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
             dominated_by.update({str(ids[j]): NO_PARTNER for role in ("prefill", "decode")
                                  for j in members[key, role]})
     cap = capacity_per_s.to_numpy(float)
-    gpu = candidates["gpu"].to_numpy(object)
+    gpu = pd.factorize(candidates["gpu"])[0]   # integer codes: equal GPU types, equal codes
     gpr = candidates["gpus_per_replica"].to_numpy(float)
     price = candidates["usd_per_replica_hour"].to_numpy(float)
 
@@ -259,12 +272,17 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
                 & (price[rows_b][None, :] <= price[rows_a][:, None])
                 & (cap[rows_b][None, :, :] >= cap[rows_a][:, None, :]).all(axis=2))
 
-    covers = {(b, a): all(weak(members[b, r], members[a, r]).any(axis=1).all() for r in ("prefill", "decode"))
-              for a in live for b in live if a != b}
-    beats = {(b, a): covers[b, a] and (not covers[a, b] or b < a) for (b, a) in covers}
-    dropped = {a for a in live if any(beats[b, a] for b in live if b != a)}
+    covered = np.ones((len(live), len(live)), dtype=bool)   # [a, b]: pool b covers pool a
+    for role in ("prefill", "decode"):
+        covered &= _pools_covered([members[key, role] for key in live], weak)
+    covered[np.diag_indices(len(live))] = False
+    # live is sorted: b < a as strings is position b < position a
+    earlier = np.arange(len(live))[None, :] < np.arange(len(live))[:, None]
+    beats = covered & (~covered.T | earlier)                 # [a, b]: pool b beats pool a
+    beats = {(live[b], live[a]) for a, b in zip(*np.nonzero(beats))}
+    dropped = {a for b, a in beats}
     for a in sorted(dropped):
-        b = next(b for b in live if b != a and b not in dropped and beats[b, a])
+        b = next(b for b in live if b not in dropped and (b, a) in beats)
         for role in ("prefill", "decode"):
             rows_a, rows_b = members[a, role], members[b, role]
             for i, mask in zip(rows_a, weak(rows_b, rows_a)):
@@ -273,6 +291,22 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
     return pruned.sort_index()
+
+
+def _pools_covered(pools: list[np.ndarray], weak, block: int = 256) -> np.ndarray:
+    """Of :func:`prune_dominated_pools`, for one role: [a, b] true when every candidate of
+    ``pools[a]`` (rows, each pool non-empty) has a weak dominator in ``pools[b]``. One pass
+    over the role's rows in blocks (``weak(columns, rows)`` per block of rows), instead of
+    one per pair of pools."""
+    if not pools:
+        return np.zeros((0, 0), dtype=bool)
+    rows = np.concatenate(pools)
+    starts = np.cumsum([0] + [len(p) for p in pools[:-1]])
+    has = np.empty((len(rows), len(pools)), dtype=bool)      # [i, b]: some row of pool b dominates i
+    for start in range(0, len(rows), block):
+        some = weak(rows, rows[start:start + block])
+        has[start:start + block] = np.logical_or.reduceat(some, starts, axis=1)
+    return np.logical_and.reduceat(has, starts, axis=0)
 
 
 def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,

@@ -1,0 +1,97 @@
+"""Dominance pruning (planner.optimize.prune) against brute-force readings of its definitions."""
+
+import itertools
+
+import numpy as np
+import pandas as pd
+
+from planner.optimize.prune import NO_CAPACITY, NO_PARTNER, prune_dominated, prune_dominated_pools
+
+WORKLOADS = ["chat", "code"]
+
+
+def _candidates(seed: int, n: int, roles: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """n random candidates on a coarse grid (ties and dominance are common), sorted by id."""
+    rng = np.random.default_rng(seed)
+    ids = [f"c{i:03d}" for i in range(n)]
+    frame = pd.DataFrame({
+        "gpu": rng.choice(["h100", "h200"], n),
+        "gpus_per_replica": rng.choice([1, 2, 4], n),
+        "usd_per_replica_hour": rng.choice([2.0, 3.0, 4.0], n),
+    }, index=pd.Index(ids, name="candidate_id"))
+    if roles:
+        frame["role"] = rng.choice(["prefill", "decode"], n)
+        frame["model"] = "m"
+        frame["quantization"] = rng.choice(["bf16", "fp8", "int4", "nvfp4"], n)
+        frame["kv_cache_dtype"] = rng.choice(["bf16", "fp8"], n)
+    cap = pd.DataFrame(rng.choice([0.0, 1.0, 2.0, 3.0], (n, len(WORKLOADS))), index=frame.index,
+                       columns=WORKLOADS)
+    if roles:   # a copy of one pool with at least its capacities: it covers that pool
+        copy = frame[(frame["quantization"] == "bf16") & (frame["kv_cache_dtype"] == "bf16")]
+        more = copy.assign(kv_cache_dtype="fp16").rename(index=lambda i: "d" + i[1:])
+        frame = pd.concat([frame, more])
+        cap = pd.concat([cap, (cap.loc[copy.index] + rng.integers(0, 2, (len(copy), len(WORKLOADS))))
+                         .set_axis(more.index)])
+    return frame, cap
+
+
+def _weak(frame, cap, i, j) -> bool:
+    """Candidate j weakly dominates candidate i (same GPU, no more GPUs, price, at least the capacity)."""
+    a, b = frame.loc[i], frame.loc[j]
+    return bool(a["gpu"] == b["gpu"] and b["gpus_per_replica"] <= a["gpus_per_replica"]
+                and b["usd_per_replica_hour"] <= a["usd_per_replica_hour"]
+                and (cap.loc[j] >= cap.loc[i]).all())
+
+
+def _strict(frame, cap, i, j) -> bool:
+    a, b = frame.loc[i], frame.loc[j]
+    return bool(b["gpus_per_replica"] < a["gpus_per_replica"]
+                or b["usd_per_replica_hour"] < a["usd_per_replica_hour"]
+                or (cap.loc[j] > cap.loc[i]).any() or j < i)
+
+
+def test_prune_dominated_matches_its_definition_and_keeps_a_dominator():
+    for seed in range(3):
+        frame, cap = _candidates(seed, 40, roles=False)
+        pruned = prune_dominated(frame, cap, block=7)   # several blocks per GPU type
+        useless = ~(cap > 0).any(axis=1)
+        live = [j for j in frame.index if not useless[j]]
+        expected = {j for j in live if any(i != j and _weak(frame, cap, j, i) and _strict(frame, cap, j, i)
+                                           for i in live)}
+        assert set(pruned.index) == expected | set(frame.index[useless])
+        assert (pruned[useless[pruned.index].to_numpy()] == NO_CAPACITY).all()
+        for j, i in pruned.items():
+            if i != NO_CAPACITY:
+                assert i not in pruned.index and _weak(frame, cap, j, i), (j, i)
+        assert prune_dominated(frame, cap).equals(pruned)   # the block size changes nothing
+        assert len(expected) >= 5
+
+
+def test_prune_dominated_pools_matches_its_definition():
+    dropped_pools = 0
+    for seed in range(4):
+        frame, cap = _candidates(seed, 48, roles=True)
+        pools = (frame["model"] + "|" + frame["quantization"] + "|" + frame["kv_cache_dtype"]).to_numpy()
+        roles = frame["role"].to_numpy()
+        members = {(k, r): list(frame.index[(pools == k) & (roles == r)])
+                   for k in set(pools) for r in ("prefill", "decode")}
+        live = sorted(k for k in set(pools) if members[k, "prefill"] and members[k, "decode"])
+
+        def covers(b, a):
+            return all(any(_weak(frame, cap, i, j) for j in members[b, r]) for r in ("prefill", "decode")
+                       for i in members[a, r])
+
+        beats = {(b, a) for b, a in itertools.permutations(live, 2)
+                 if covers(b, a) and (not covers(a, b) or b < a)}
+        dropped = {a for _, a in beats}
+        dropped_pools += len(dropped)
+        pruned = prune_dominated_pools(frame, cap)
+        partnerless = {j for k in set(pools) - set(live) for r in ("prefill", "decode")
+                       for j in members[k, r]}
+        expected = partnerless | {j for a in dropped for r in ("prefill", "decode") for j in members[a, r]}
+        assert set(pruned.index) == expected
+        assert (pruned[sorted(partnerless)] == NO_PARTNER).all()
+        for j, i in pruned.drop(sorted(partnerless)).items():   # a kept pool's dominator of the same role
+            assert i not in pruned.index and frame.loc[i, "role"] == frame.loc[j, "role"]
+            assert _weak(frame, cap, j, i)
+    assert dropped_pools   # the seeds drop pools, not only partnerless candidates
