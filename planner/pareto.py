@@ -294,7 +294,7 @@ def _default_processes(jobs: int, points: int, gpu_fronts) -> int:
     """2 processes when fork exists, a second CPU is there and the sweeps are large."""
     import multiprocessing
 
-    from planner.optimize.solve import usable_cpus
+    from planner.serving.parallel import usable_cpus
 
     cpus = usable_cpus()
     if cpus < 2 or jobs < 2 or "fork" not in multiprocessing.get_all_start_methods():

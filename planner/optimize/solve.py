@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
 import time
 from dataclasses import dataclass, replace
 
@@ -17,6 +16,7 @@ from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
 from planner.optimize.tiebreak import TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, tie_break_weight
+from planner.serving.parallel import usable_cpus
 
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
            cp_model.INFEASIBLE: SolveStatus.INFEASIBLE, cp_model.MODEL_INVALID: SolveStatus.MODEL_INVALID,
@@ -220,11 +220,6 @@ def solving_options(options: SolverOptions, num_variables: int) -> SolverOptions
     workers = 1 if num_variables < SINGLE_WORKER_MAX_VARIABLES else min(options.num_workers, usable_cpus())
     workers = max(1, min(options.num_workers, workers))
     return options if workers == options.num_workers else replace(options, num_workers=workers)
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def combine_results(built: BuiltModel, blocks: list[BuiltModel], results: list, options: SolverOptions,

@@ -39,8 +39,12 @@ def thread_count() -> int:
         if value < 1:
             raise PlanningInputError(f"{THREADS_ENV}: must be an integer >= 1, got '{configured}'")
         return value
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(MAX_DEFAULT_THREADS, cpus))
+    return max(1, min(MAX_DEFAULT_THREADS, usable_cpus()))
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def run_in_threads(work: Callable[[], None], threads: int) -> None:
