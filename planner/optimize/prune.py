@@ -15,6 +15,10 @@ ROLES = ("both", "prefill", "decode")
 #: the KV dtype (the decode replica continues from the KV cache the prefill replica computed,
 #: with the same weights).
 POOL_KEY = ("model", "quantization", "kv_cache_dtype")
+#: Relative band around equality in which :func:`prune_replica_multiples` compares the
+#: capacities as exact rationals; outside it the float comparison decides (a float and the
+#: rational :func:`planner.optimize.scaling.to_fraction` reads from it differ by < 1e-16).
+_FLOAT_SCREEN = 1e-12
 
 
 def candidate_roles(candidates: pd.DataFrame) -> np.ndarray:
@@ -161,6 +165,27 @@ def _kept_dominator(rows, cap, gpr, price, ids) -> str:
     return str(ids[rows[order[0]]])  # unreachable for a strict partial order
 
 
+def _kept_dominators(dominates: np.ndarray, rows: np.ndarray, gpu, cap, gpr, price) -> np.ndarray:
+    """:func:`_kept_dominator` of each row i of ``dominates`` ([i, j]: ``rows[j]`` weakly
+    dominates i, same GPU type; every i has one) at once: the first of i's dominators, in
+    its order, that no other row of ``rows`` beats. A row beating a dominator of i dominates
+    i too (weak dominance on one GPU type is transitive), so that is the first of i's
+    dominators beaten by none of them, as :func:`_kept_dominator` picks."""
+    c, g, p, t = cap[rows], gpr[rows], price[rows], gpu[rows]
+    weak = ((c[:, None, :] >= c[None, :, :]).all(axis=2) & (g[:, None] <= g[None, :])
+            & (p[:, None] <= p[None, :]) & (t[:, None] == t[None, :]))   # [k, e]: k weakly dominates e
+    strict = ((c[:, None, :] > c[None, :, :]).any(axis=2) | (g[:, None] < g[None, :])
+              | (p[:, None] < p[None, :]) | (rows[:, None] < rows[None, :]))
+    beats = weak & strict
+    beats[np.diag_indices(len(rows))] = False
+    rank = np.empty(len(rows), dtype=np.int64)
+    rank[np.lexsort((rows, p, g, -c.sum(axis=1)))] = np.arange(len(rows))
+    candidates = dominates & ~beats.any(axis=0)[None, :]
+    if not candidates.any(axis=1).all():
+        raise AssertionError("a covered row without a kept dominator")   # strict partial order
+    return rows[np.where(candidates, rank[None, :], len(rows)).argmin(axis=1)]
+
+
 def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:
     """Find prefill/decode candidates that several replicas of a smaller one replace.
 
@@ -199,14 +224,32 @@ def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFra
     price, _ = cost_units(candidates["usd_per_replica_hour"])
     gpu = candidates["gpu"].to_numpy(object)
     by: dict[int, list[int]] = {}
+    fractions: dict[int, list] = {}
+
+    def exact(row: int) -> list:
+        """The row's capacities as the model's rationals (each row's once)."""
+        if row not in fractions:
+            fractions[row] = [to_fraction(c) for c in cap[row]]
+        return fractions[row]
+
     rows = np.flatnonzero(roles != "both")
     for _, group in pd.Series(rows).groupby([blocks[rows], gpu[rows]], sort=True):
-        for j in group:
-            for i in group:
-                m = min(gpr[j] // gpr[i], price[j] // price[i]) if gpr[i] < gpr[j] else 0
-                if m >= 2 and (m * cap[i] >= cap[j] * (1 - 1e-12)).all() and all(
-                        m * to_fraction(a) >= to_fraction(b) for a, b in zip(cap[i], cap[j])):
-                    by.setdefault(int(j), []).append(int(i))
+        g = group.to_numpy()
+        # [j, i]: m of i replacing j (0 unless G_i < G_j), then the float screen of the
+        # capacities; the exact check only on the pairs that pass it
+        smaller = gpr[g][None, :] < gpr[g][:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m = np.where(smaller, np.minimum(gpr[g][:, None] // np.maximum(gpr[g][None, :], 1),
+                                             price[g][:, None] // np.maximum(price[g][None, :], 1)), 0)
+        m = np.where(smaller & (price[g][None, :] > 0), m, 0)
+        scaled = m[:, :, None] * cap[g][None, :, :]
+        screen = (m >= 2) & (scaled >= cap[g][:, None, :] * (1 - _FLOAT_SCREEN)).all(axis=2)
+        # clear of the screen's band the floats decide (the rationals are within 1e-16 of them)
+        sure = (scaled >= cap[g][:, None, :] * (1 + _FLOAT_SCREEN)).all(axis=2)
+        for a, b in zip(*np.nonzero(screen)):
+            j, i, mult = int(g[a]), int(g[b]), int(m[a, b])
+            if sure[a, b] or all(mult * x >= y for x, y in zip(exact(i), exact(j))):
+                by.setdefault(j, []).append(i)
     pruned = pd.Series({str(ids[j]): str(ids[min(i for i in dominators if i not in by)])
                         for j, dominators in by.items()}, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
@@ -285,9 +328,8 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
         b = next(b for b in live if b not in dropped and (b, a) in beats)
         for role in ("prefill", "decode"):
             rows_a, rows_b = members[a, role], members[b, role]
-            for i, mask in zip(rows_a, weak(rows_b, rows_a)):
-                dom = rows_b[mask]
-                dominated_by[str(ids[i])] = _kept_dominator(dom, cap[dom], gpr[dom], price[dom], ids)
+            for i, k in zip(rows_a, _kept_dominators(weak(rows_b, rows_a), rows_b, gpu, cap, gpr, price)):
+                dominated_by[str(ids[i])] = str(ids[k])
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
     return pruned.sort_index()

@@ -31,10 +31,12 @@ def ceil_fraction(value: Fraction) -> int:
 
 
 def cost_units(prices_usd) -> tuple[np.ndarray, bool]:
-    """Prices in integer cost units, rounded up; also whether every price was exact."""
-    scaled = [to_fraction(p) * COST_UNITS_PER_USD for p in prices_usd]
+    """Prices in integer cost units, rounded up; also whether every price was exact (each
+    distinct price converted once)."""
+    distinct, inverse = np.unique(np.asarray(prices_usd, dtype=float), return_inverse=True)
+    scaled = [to_fraction(p) * COST_UNITS_PER_USD for p in distinct]
     units = np.array([ceil_fraction(s) for s in scaled], dtype=np.int64)
-    return units, all(s.denominator == 1 for s in scaled)
+    return units[inverse.reshape(-1)], all(s.denominator == 1 for s in scaled)
 
 
 def limit_cost_units(limit_usd: float) -> int:
