@@ -95,3 +95,40 @@ def test_prune_dominated_pools_matches_its_definition():
             assert i not in pruned.index and frame.loc[i, "role"] == frame.loc[j, "role"]
             assert _weak(frame, cap, j, i)
     assert dropped_pools   # the seeds drop pools, not only partnerless candidates
+
+
+def test_pool_dominators_are_the_kept_dominator_of_each_row():
+    """The pooled pass picks, for every candidate of a dropped pool, what the per-row
+    :func:`planner.optimize.prune._kept_dominator` picks among its dominators in the pool
+    that replaces it."""
+    from planner.optimize.prune import _kept_dominator
+
+    checked = 0
+    for seed in range(4):
+        frame, cap = _candidates(seed, 48, roles=True)
+        pruned = prune_dominated_pools(frame, cap)
+        pos = {cid: k for k, cid in enumerate(frame.index)}
+        c, gpr = cap.to_numpy(float), frame["gpus_per_replica"].to_numpy(float)
+        price = frame["usd_per_replica_hour"].to_numpy(float)
+        ids = frame.index.to_numpy()
+        for j, i in pruned[pruned != NO_PARTNER].items():
+            pool_of_i = frame.loc[i, ["quantization", "kv_cache_dtype"]].tolist()
+            same = ((frame["quantization"] == pool_of_i[0]) & (frame["kv_cache_dtype"] == pool_of_i[1])
+                    & (frame["role"] == frame.loc[j, "role"]))
+            dom = np.array([pos[k] for k in frame.index[same.to_numpy()] if _weak(frame, cap, j, k)])
+            assert _kept_dominator(dom, c[dom], gpr[dom], price[dom], ids) == i, (j, i)
+            checked += 1
+    assert checked >= 10
+
+
+def test_replica_multiples_compare_near_equal_capacities_exactly():
+    """Three replicas of a 0.1/s candidate replace one of 0.3/s (3/10 = 3/10 exactly) but not
+    one of 0.30000000000000004/s (above 3/10 as written, though 3 * 0.1 == it in floats)."""
+    from planner.optimize.prune import prune_replica_multiples
+
+    frame = pd.DataFrame({"gpu": "g", "gpus_per_replica": [1, 3, 3, 3], "usd_per_replica_hour": [1.0, 3.0, 3.0, 3.0],
+                          "role": "prefill", "model": "m", "quantization": "bf16", "kv_cache_dtype": "bf16"},
+                         index=pd.Index(["a", "b", "c", "d"], name="candidate_id"))
+    assert 3 * 0.1 == 0.30000000000000004
+    cap = pd.DataFrame({"chat": [0.1, 0.3, 0.30000000000000004, 0.29]}, index=frame.index)
+    assert prune_replica_multiples(frame, cap).to_dict() == {"b": "a", "d": "a"}
