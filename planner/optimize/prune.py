@@ -238,14 +238,14 @@ def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFra
         # [j, i]: m of i replacing j (0 unless G_i < G_j), then the float screen of the
         # capacities; the exact check only on the pairs that pass it
         smaller = gpr[g][None, :] < gpr[g][:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            m = np.where(smaller, np.minimum(gpr[g][:, None] // np.maximum(gpr[g][None, :], 1),
-                                             price[g][:, None] // np.maximum(price[g][None, :], 1)), 0)
-        m = np.where(smaller & (price[g][None, :] > 0), m, 0)
+        m = np.minimum(gpr[g][:, None] // np.maximum(gpr[g][None, :], 1),
+                       price[g][:, None] // np.maximum(price[g][None, :], 1))
+        m = np.where(smaller & (price[g][None, :] > 0), m, 0)     # (a free i: m undefined, 0 as before)
         scaled = m[:, :, None] * cap[g][None, :, :]
         screen = (m >= 2) & (scaled >= cap[g][:, None, :] * (1 - _FLOAT_SCREEN)).all(axis=2)
         # clear of the screen's band the floats decide (the rationals are within 1e-16 of them)
-        sure = (scaled >= cap[g][:, None, :] * (1 + _FLOAT_SCREEN)).all(axis=2)
+        normal = (cap[g] == 0) | (cap[g] >= np.finfo(float).tiny)      # relative rounding bounds hold
+        sure = ((scaled >= cap[g][:, None, :] * (1 + _FLOAT_SCREEN)) & normal[:, None, :]).all(axis=2)
         for a, b in zip(*np.nonzero(screen)):
             j, i, mult = int(g[a]), int(g[b]), int(m[a, b])
             if sure[a, b] or all(mult * x >= y for x, y in zip(exact(i), exact(j))):
