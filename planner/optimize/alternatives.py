@@ -124,19 +124,17 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     found: list[FoundPlan] = []
     optimum: float | None = None
 
-    def wanted() -> bool:
-        if not found:
-            return True
-        face = sum(f.optimal_cost for f in found)
-        if found[-1].optimal_cost and face < face_limit:
-            return True
-        # rank 1 is the lone optimum when the face is one plan: k - 1 alternatives suffice
-        need = k - 1 if face == 1 and not found[0].admissible else k
-        return sum(f.admissible for f in found) < need
+    def last(usd_per_hour: float) -> bool:
+        """Whether a next plan of that cost would end the search, were it admissible (as a
+        plan of the minimum-load model nearly always is; a wrong guess costs time only)."""
+        optimal = (sum(f.optimal_cost for f in found) < face_limit
+                   and round(usd_per_hour, 9) == round(optimum, 9))
+        return not _wanted([f.optimal_cost for f in found] + [optimal], [f.admissible for f in found] + [True],
+                           k, face_limit)
 
-    while wanted():
+    while _wanted([f.optimal_cost for f in found], [f.admissible for f in found], k, face_limit):
         kind = FIRST if not found else PLAIN if forced else LOADED
-        result = search.next(kind)
+        result = search.next(kind, last=last if found else None)
         if statuses is not None:
             statuses.append(result)
         if result.status == SolveStatus.INFEASIBLE and kind == LOADED:
@@ -157,6 +155,18 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
             break
         search.forbid(set(plan.deployments["candidate_id"]))
     return found
+
+
+def _wanted(optimal_cost: list[bool], admissible: list[bool], k: int, face_limit: int) -> bool:
+    """Whether :func:`plan_alternatives` solves again after plans with these flags (in order)."""
+    if not optimal_cost:
+        return True
+    face = sum(optimal_cost)
+    if optimal_cost[-1] and face < face_limit:
+        return True
+    # rank 1 is the lone optimum when the face is one plan: k - 1 alternatives suffice
+    need = k - 1 if face == 1 and not admissible[0] else k
+    return sum(admissible) < need
 
 
 def _least_load(built: BuiltModel, plan: Plan) -> float:

@@ -14,6 +14,11 @@ solve's plan, another optimal plan either deploys a different set, or S with oth
 - Then the proof only compares replica counts on S (``one_support``), a far smaller search;
   the canonical plan is the same.
 
+The look-ahead pays only when another solve follows: the caller may pass ``last``, which
+tells from the cost solve's plan cost whether that plan is (predicted to be) the last one
+asked for; then nothing is looked ahead and the proof is the full one (the same canonical
+plan either way, so a wrong prediction costs time only).
+
 When the next call asks for the plan of the model with exactly that cut (the caller
 forbade S, the canonical plan's set), the looked-ahead cost solve is its cost solve (the
 same model and hint, proven optimal or infeasible, so the same canonical plan follows);
@@ -27,13 +32,14 @@ it (a valid row, the same plans; CP-SAT need not prove the bound again).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
-from planner.optimize.solve import CostPhase, SolveResult, cost_phase, finish_solve, greedy_hint
+from planner.optimize.solve import CostPhase, SolveResult, cost_phase, finish_solve, greedy_hint, plan_cost_usd
 
 
 def no_good_cut(built: BuiltModel, used) -> list:
@@ -44,23 +50,26 @@ def no_good_cut(built: BuiltModel, used) -> list:
 class CutSequence:
     """Solves of ``model`` (of ``built``'s variables), each followed by the cut of a deployed set."""
 
-    def __init__(self, built: BuiltModel, model: cp_model.CpModel):
+    def __init__(self, built: BuiltModel, model: cp_model.CpModel, greedy: tuple | None = None):
         self.built, self.model = built, model
         self.pending: tuple[frozenset, CostPhase] | None = None
-        self._greedy: tuple | None = None
+        self._greedy = greedy       # :func:`greedy_hint` of ``built`` when the caller has it
         self.floor: tuple[int, int] | None = None    # (weight, least key any later solve can reach)
 
     def solve(self, options: SolverOptions, look_ahead: bool = True,
-              ahead_options: SolverOptions | None = None) -> SolveResult:
+              ahead_options: SolverOptions | None = None,
+              last: Callable[[float], bool] | None = None) -> SolveResult:
         """The canonical optimum of the model with the cuts so far (:func:`run_solver`);
         ``ahead_options``: those of the next solve (default ``options``), which the
-        looked-ahead cost solve uses."""
+        looked-ahead cost solve uses; ``last(usd_per_hour)``: whether a plan of that cost
+        would be the last one asked for (then nothing is looked ahead)."""
         current = replace(self.built, model=self.model)
         phase = self.pending[1] if self.pending is not None else self._cost_phase(self.model, options)
         self.pending = None
         if phase.key is not None:
             self.floor = (phase.weight, phase.key)
-        if not (look_ahead and options.prove_unique_plan and phase.key is not None):
+        if not (look_ahead and options.prove_unique_plan and phase.key is not None) or (
+                last is not None and last(plan_cost_usd(self.built, phase.y))):
             return finish_solve(current, phase, options)
         support = frozenset(self.built.replicas.index[phase.y > 0])
         ahead_model = self.model.clone()

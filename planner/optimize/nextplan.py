@@ -51,13 +51,16 @@ def add_min_load(model: cp_model.CpModel, built: BuiltModel, fraction: float) ->
     """Rows ``load_j >= ceil(fraction L_j) (y_j - spare_j)`` for every candidate j of ``built``."""
     if fraction <= 0:
         return
-    pairs = built.traffic.index.get_level_values("candidate_id")
-    for cid in built.replicas.index:
-        mine = np.flatnonzero(pairs == cid)
-        load = cp_model.LinearExpr.weighted_sum([built.traffic.iloc[i] for i in mine],
-                                                [int(built.load_coef.iloc[i]) for i in mine])
-        floor_units = math.ceil(fraction * int(built.load_units_per_replica[cid]))
-        active = built.replicas[cid] - built.spare[cid] if cid in built.spare.index else built.replicas[cid]
+    ids = built.replicas.index
+    owner = ids.get_indexer(built.traffic.index.get_level_values("candidate_id"))
+    traffic, coef = built.traffic.tolist(), built.load_coef.to_numpy(np.int64).tolist()
+    units = built.load_units_per_replica.reindex(ids).to_numpy(np.int64).tolist()
+    spare = dict(zip(built.spare.index, built.spare.tolist()))
+    for j, (cid, replicas) in enumerate(zip(ids, built.replicas.tolist())):
+        mine = np.flatnonzero(owner == j).tolist()
+        load = cp_model.LinearExpr.weighted_sum([traffic[i] for i in mine], [coef[i] for i in mine])
+        floor_units = math.ceil(fraction * units[j])
+        active = replicas - spare[cid] if cid in spare else replicas
         model.add(load >= floor_units * active).with_name(f"min_load[{cid}]")
 
 
@@ -95,14 +98,15 @@ class WholeModelSearch:
         self.built, self.options, self.later, self.fraction = built, options, later, min_load_fraction
         self.plain, self.loaded = CutSequence(built, built.model.clone()), None
 
-    def next(self, kind: str) -> SolveResult:
+    def next(self, kind: str, last=None) -> SolveResult:
+        """The next plan of ``kind``; ``last``: see :meth:`CutSequence.solve`."""
         if kind == LOADED and self.loaded is None:
             model = self.plain.model.clone()
             add_min_load(model, self.built, self.fraction)
-            self.loaded = CutSequence(self.built, model)
+            self.loaded = CutSequence(self.built, model, greedy=self.plain.greedy())
         if kind == FIRST:       # the next solve is of the loaded model: nothing to look ahead
             return self.plain.solve(self.options, look_ahead=False)
-        return (self.loaded if kind == LOADED else self.plain).solve(self.later)
+        return (self.loaded if kind == LOADED else self.plain).solve(self.later, last=last)
 
     def forbid(self, used: set) -> None:
         for sequence in (self.plain, self.loaded):
@@ -250,7 +254,8 @@ class BlockSearch:
             self.searches[kind] = _Combinations(lists, self.order)
         return self.searches[kind]
 
-    def next(self, kind: str) -> SolveResult:
+    def next(self, kind: str, last=None) -> SolveResult:
+        """The next plan of ``kind`` (``last`` is not used: each block's list looks ahead)."""
         # the plain model after the first solve continues the first solve's lists
         start = time.perf_counter()
         search_kind = FIRST if kind in (FIRST, PLAIN) else LOADED

@@ -102,7 +102,7 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
     assert any(flags)                       # some proofs were on one deployed set
     solve = cutseq.CutSequence.solve
     monkeypatch.setattr(cutseq.CutSequence, "solve",
-                        lambda self, options, look_ahead=True, ahead_options=None: solve(self, options, False))
+                        lambda self, options, look_ahead=True, ahead_options=None, last=None: solve(self, options, False))
     flags.clear()
     separate = plan_alternatives(inst, 5, FAST, face_limit=6)
     assert not any(flags)
@@ -112,3 +112,31 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
     monkeypatch.setattr(cutseq.CutSequence, "_cost_phase", lambda self, model, options: cutseq.cost_phase(
         replace(self.built, model=model), options, greedy=self.greedy()))
     assert _plan_tables(plan_alternatives(inst, 5, FAST, face_limit=6)) == _plan_tables(ahead)
+
+
+@pytest.mark.parametrize("seed, fraction", [(1, 0.05), (5, 0.05), (4, 0.97)])
+def test_no_look_ahead_after_the_last_plan_and_the_same_plans(seed, fraction, monkeypatch):
+    """The solve predicted to give the last plan looks nothing ahead (its proof is the full
+    one); the plans are those of a search that always looks ahead."""
+    from planner.optimize import cutseq
+
+    inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    flags = []
+    finish = cutseq.finish_solve
+
+    def recording(built, phase, options, *, one_support=False):
+        flags.append(one_support)
+        return finish(built, phase, options, one_support=one_support)
+
+    monkeypatch.setattr(cutseq, "finish_solve", recording)
+    found = plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction)
+    assert len(found) >= 2 and flags[-1] is False and flags[0] is False      # the first looks nothing ahead
+    predicted = list(flags)
+    solve = cutseq.CutSequence.solve
+    monkeypatch.setattr(cutseq.CutSequence, "solve", lambda self, options, look_ahead=True, ahead_options=None,
+                        last=None: solve(self, options, look_ahead, ahead_options))
+    flags.clear()
+    always = plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction)
+    assert _plan_tables(always) == _plan_tables(found)
+    assert flags[:-1] == predicted[:-1] and flags[-1] is True      # the look-ahead the prediction spared
