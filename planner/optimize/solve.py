@@ -368,7 +368,7 @@ def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
     y_all = result.replicas.to_numpy()
     ids = result.replicas.index[y_all > 0]
     y = y_all[y_all > 0].astype(np.int64)
-    load = _sums_by_key(pair_ids, routed / cap, ids)
+    load = group_sums(pair_ids, routed / cap, ids)
 
     pos = cands.index.get_indexer(ids)
     price = cands["usd_per_replica_hour"].to_numpy(float)[pos]
@@ -395,7 +395,7 @@ def _values_at(series: pd.Series, labels: list) -> np.ndarray:
     return series.to_numpy()[series.index.get_indexer(labels)]
 
 
-def _sums_by_key(keys: pd.Index, values: np.ndarray, wanted: pd.Index) -> np.ndarray:
+def group_sums(keys: pd.Index, values: np.ndarray, wanted: pd.Index) -> np.ndarray:
     """Per key of ``wanted``, the sum of ``values`` at its entries of ``keys`` (0 without any),
     added in order with the compensated (Kahan) summation of pandas' groupby sum, so that the
     sums are those of ``pd.Series(values).groupby(keys).sum()`` to the bit."""
