@@ -172,11 +172,13 @@ def _wanted(optimal_cost: list[bool], admissible: list[bool], k: int, face_limit
 def _least_load(built: BuiltModel, plan: Plan) -> float:
     """Least load fraction over a plan's deployments, spare replicas of N+1 not counted."""
     red = set(built.instance.redundancy_workloads)
-    spare_ids = set(plan.routing.loc[plan.routing["workload"].isin(red), "candidate_id"])
+    routing = plan.routing
+    spare_ids = ({cid for cid, w in zip(routing["candidate_id"].tolist(), routing["workload"].tolist()) if w in red}
+                 if red else set())
     dep = plan.deployments
     if dep.empty:
         return 1.0
-    spare = dep["candidate_id"].isin(spare_ids).to_numpy(np.int64)
+    spare = np.array([cid in spare_ids for cid in dep["candidate_id"].tolist()], dtype=np.int64)
     replicas = dep["replicas"].to_numpy(np.int64)
     active = np.maximum(replicas - spare, 1)
     return float(np.min(dep["load_fraction"].to_numpy(float) * replicas / active))

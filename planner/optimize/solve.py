@@ -15,7 +15,8 @@ from planner.optimize.blocks import emitted, split_model
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
-from planner.optimize.tiebreak import TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, tie_break_weight
+from planner.optimize.tiebreak import (TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, solution_values,
+                                      tie_break_weight)
 from planner.serving.parallel import usable_cpus
 
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
@@ -159,7 +160,7 @@ def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = No
     phase = CostPhase(solver, solving, status, params, weight, time.perf_counter() - start)
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         return phase
-    y = np.asarray(solver.values(built.replicas), dtype=np.int64)
+    y = solution_values(solver, built.replicas)
     cost_units = int(built.price_units.to_numpy(dtype=object) @ y.astype(object))
     if code == cp_model.OPTIMAL and options.relative_gap_limit == 0:
         bound_units = cost_units
@@ -198,7 +199,7 @@ def finish_solve(built: BuiltModel, phase: CostPhase, options: SolverOptions, *,
         params.update(proven_unique=report.proven_unique, num_solves=1 + report.num_solves)
         params["wall_time_s"].update(report.wall_time_s)
     else:
-        x = np.asarray(phase.solver.values(built.traffic), dtype=np.int64)
+        x = solution_values(phase.solver, built.traffic)
     replicas = pd.Series(y, index=built.replicas.index, name="replicas")
     traffic = pd.Series(x, index=built.traffic.index, name="traffic_units", dtype=np.int64)
     objective = plan_cost_usd(built, y)

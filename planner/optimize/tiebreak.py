@@ -42,8 +42,14 @@ class _Incumbent:
 
     @classmethod
     def read(cls, built: BuiltModel, solver: cp_model.CpSolver) -> _Incumbent:
-        return cls(*(np.asarray(solver.values(s), dtype=np.int64) if len(s) else np.zeros(0, np.int64)
-                     for s in (built.replicas, built.traffic, built.use, built.spare)))
+        return cls(*(solution_values(solver, s) for s in (built.replicas, built.traffic, built.use, built.spare)))
+
+
+def solution_values(solver: cp_model.CpSolver, variables) -> np.ndarray:
+    """The solver's values of ``variables`` (a Series or list of the model's variables) as int64,
+    without the Series ``solver.values`` builds (about 2x faster)."""
+    value = solver.value
+    return np.array([value(var) for var in variables], dtype=np.int64)
 
 
 def new_solver(options: SolverOptions, time_limit_s: float) -> cp_model.CpSolver:
