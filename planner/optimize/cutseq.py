@@ -25,6 +25,10 @@ same model and hint, proven optimal or infeasible, so the same canonical plan fo
 otherwise it is dropped. A looked-ahead solve is counted (``num_solves``) by the plan that
 uses it. Without a combined objective or the uniqueness proof, nothing is looked ahead.
 
+With a second CPU, the looked-ahead cost solve runs in a worker thread while the main
+thread proves the plan on one deployed set (its usual outcome); when the looked-ahead
+solve says otherwise, the full proof follows. The plan is the canonical one either way.
+
 Every cost solve after the first also carries the floor ``weight * cost + T >= key`` of the
 sequence's last proven optimum: the model only gains cuts, so no later optimum is below
 it (a valid row, the same plans; CP-SAT need not prove the bound again).
@@ -37,9 +41,16 @@ from dataclasses import replace
 
 from ortools.sat.python import cp_model
 
+from planner.interrupt import Beside
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
 from planner.optimize.solve import CostPhase, SolveResult, cost_phase, finish_solve, greedy_hint, plan_cost_usd
+from planner.serving.parallel import usable_cpus
+
+
+def _copy(phase: CostPhase) -> CostPhase:
+    """``phase`` with its own ``params`` (:func:`finish_solve` writes into them)."""
+    return replace(phase, params={**phase.params, "wall_time_s": dict(phase.params["wall_time_s"])})
 
 
 def no_good_cut(built: BuiltModel, used) -> list:
@@ -74,10 +85,18 @@ class CutSequence:
         support = frozenset(self.built.replicas.index[phase.y > 0])
         ahead_model = self.model.clone()
         ahead_model.add_bool_or(no_good_cut(self.built, support))
-        ahead = self._cost_phase(ahead_model, ahead_options or options)
+        ahead_options = ahead_options or options
+        guess = None
+        if usable_cpus() > 1:   # the look-ahead beside the proof that assumes its usual outcome
+            with Beside(lambda: self._cost_phase(ahead_model, ahead_options)) as job:
+                guess = finish_solve(current, _copy(phase), options, one_support=True)
+                ahead = job.result()
+        else:
+            ahead = self._cost_phase(ahead_model, ahead_options)
         decided = ahead.status == SolveStatus.INFEASIBLE or ahead.key is not None
         one_support = ahead.status == SolveStatus.INFEASIBLE or (ahead.key is not None and ahead.key > phase.key)
-        result = finish_solve(current, phase, options, one_support=one_support)
+        result = (guess if guess is not None and one_support else
+                  finish_solve(current, phase, options, one_support=one_support))
         if decided and result.replicas is not None and frozenset(
                 self.built.replicas.index[result.replicas.to_numpy() > 0]) == support:
             self.pending = (support, ahead)
