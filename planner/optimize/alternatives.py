@@ -127,14 +127,14 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     def last(usd_per_hour: float) -> bool:
         """Whether a next plan of that cost would end the search, were it admissible (as a
         plan of the minimum-load model nearly always is; a wrong guess costs time only)."""
-        optimal = (sum(f.optimal_cost for f in found) < face_limit
-                   and round(usd_per_hour, 9) == round(optimum, 9))
+        optimal = optimum is None or (sum(f.optimal_cost for f in found) < face_limit
+                                      and round(usd_per_hour, 9) == round(optimum, 9))
         return not _wanted([f.optimal_cost for f in found] + [optimal], [f.admissible for f in found] + [True],
                            k, face_limit)
 
     while _wanted([f.optimal_cost for f in found], [f.admissible for f in found], k, face_limit):
         kind = FIRST if not found else PLAIN if forced else LOADED
-        result = search.next(kind, last=last if found else None)
+        result = search.next(kind, last=last)
         if statuses is not None:
             statuses.append(result)
         if result.status == SolveStatus.INFEASIBLE and kind == LOADED:

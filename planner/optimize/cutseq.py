@@ -69,19 +69,28 @@ class CutSequence:
 
     def solve(self, options: SolverOptions, look_ahead: bool = True,
               ahead_options: SolverOptions | None = None,
-              last: Callable[[float], bool] | None = None) -> SolveResult:
+              last: Callable[[float], bool] | None = None,
+              beside: Callable[[frozenset], None] | None = None) -> SolveResult:
         """The canonical optimum of the model with the cuts so far (:func:`run_solver`);
         ``ahead_options``: those of the next solve (default ``options``), which the
         looked-ahead cost solve uses; ``last(usd_per_hour)``: whether a plan of that cost
-        would be the last one asked for (then nothing is looked ahead)."""
+        would be the last one asked for (then nothing is looked ahead, nor run beside);
+        ``beside(support)``: without a look-ahead, work on the next solve that assumes this
+        plan deploys ``support`` (its cost solve's set), run beside the proof (second CPU)."""
         current = replace(self.built, model=self.model)
         phase = self.pending[1] if self.pending is not None else self._cost_phase(self.model, options)
         self.pending = None
         if phase.key is not None:
             self.floor = (phase.weight, phase.key)
-        if not (look_ahead and options.prove_unique_plan and phase.key is not None) or (
-                last is not None and last(plan_cost_usd(self.built, phase.y))):
-            return finish_solve(current, phase, options)
+        ends = phase.y is not None and last is not None and last(plan_cost_usd(self.built, phase.y))
+        if not (look_ahead and options.prove_unique_plan and phase.key is not None) or ends:
+            if beside is None or ends or phase.status != SolveStatus.OPTIMAL or usable_cpus() < 2:
+                return finish_solve(current, phase, options)
+            support = frozenset(self.built.replicas.index[phase.y > 0])
+            with Beside(lambda: beside(support)) as job:
+                result = finish_solve(current, phase, options)
+                job.result()
+            return result
         support = frozenset(self.built.replicas.index[phase.y > 0])
         ahead_model = self.model.clone()
         ahead_model.add_bool_or(no_good_cut(self.built, support))

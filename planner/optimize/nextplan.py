@@ -39,7 +39,7 @@ from ortools.sat.python import cp_model
 
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
-from planner.optimize.cutseq import CutSequence
+from planner.optimize.cutseq import CutSequence, no_good_cut
 from planner.optimize.solve import SolveResult, combine_results
 from planner.optimize.tiebreak import tie_break_weight
 
@@ -97,19 +97,36 @@ class WholeModelSearch:
                  min_load_fraction: float):
         self.built, self.options, self.later, self.fraction = built, options, later, min_load_fraction
         self.plain, self.loaded = CutSequence(built, built.model.clone()), None
+        self.speculative: frozenset | None = None    # the cut the loaded model was built with, ahead
 
     def next(self, kind: str, last=None) -> SolveResult:
         """The next plan of ``kind``; ``last``: see :meth:`CutSequence.solve`."""
         if kind == LOADED and self.loaded is None:
-            model = self.plain.model.clone()
-            add_min_load(model, self.built, self.fraction)
-            self.loaded = CutSequence(self.built, model, greedy=self.plain.greedy())
-        if kind == FIRST:       # the next solve is of the loaded model: nothing to look ahead
-            return self.plain.solve(self.options, look_ahead=False)
+            self.loaded = self._loaded_sequence(self.plain.model.clone())
+        if kind == FIRST:       # the next solve is of the loaded model: nothing to look ahead,
+            # but its cost solve runs beside this plan's proof (the model with this plan's cut)
+            return self.plain.solve(self.options, look_ahead=False, last=last, beside=self._loaded_ahead)
         return (self.loaded if kind == LOADED else self.plain).solve(self.later, last=last)
 
+    def _loaded_sequence(self, model: cp_model.CpModel) -> CutSequence:
+        add_min_load(model, self.built, self.fraction)
+        return CutSequence(self.built, model, greedy=self.plain.greedy())
+
+    def _loaded_ahead(self, support: frozenset) -> None:
+        """The loaded sequence as :meth:`next` builds it once ``support`` is forbidden (the same
+        rows in the same order), with its first cost solve done; :meth:`forbid` keeps it only
+        when the first plan deploys ``support``."""
+        model = self.plain.model.clone()
+        model.add_bool_or(no_good_cut(self.built, support))
+        loaded = self._loaded_sequence(model)
+        loaded.pending = (support, loaded._cost_phase(loaded.model, self.later))
+        self.loaded, self.speculative = loaded, support
+
     def forbid(self, used: set) -> None:
-        for sequence in (self.plain, self.loaded):
+        speculative, self.speculative = self.speculative, None
+        if speculative is not None and speculative != frozenset(used):
+            self.loaded = None                  # built with another plan's cut: built again
+        for sequence in (self.plain, self.loaded if speculative is None else None):
             if sequence is not None:
                 sequence.forbid(used)
 

@@ -102,7 +102,8 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
     assert any(flags)                       # some proofs were on one deployed set
     solve = cutseq.CutSequence.solve
     monkeypatch.setattr(cutseq.CutSequence, "solve",
-                        lambda self, options, look_ahead=True, ahead_options=None, last=None: solve(self, options, False))
+                        lambda self, options, look_ahead=True, ahead_options=None, last=None, beside=None:
+                        solve(self, options, False))
     flags.clear()
     separate = plan_alternatives(inst, 5, FAST, face_limit=6)
     assert not any(flags)
@@ -135,8 +136,42 @@ def test_no_look_ahead_after_the_last_plan_and_the_same_plans(seed, fraction, mo
     predicted = list(flags)
     solve = cutseq.CutSequence.solve
     monkeypatch.setattr(cutseq.CutSequence, "solve", lambda self, options, look_ahead=True, ahead_options=None,
-                        last=None: solve(self, options, look_ahead, ahead_options))
+                        last=None, beside=None: solve(self, options, look_ahead, ahead_options, beside=beside))
     flags.clear()
     always = plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction)
     assert _plan_tables(always) == _plan_tables(found)
     assert flags[:-1] == predicted[:-1] and flags[-1] is True      # the look-ahead the prediction spared
+
+
+@pytest.mark.parametrize("seed, fraction", [(1, 0.05), (4, 0.97)])
+def test_solves_beside_the_proofs_give_the_plans_of_one_cpu(seed, fraction, monkeypatch):
+    """With two CPUs the minimum-load model's first cost solve runs beside the first plan's
+    proof, and each look-ahead beside its plan's; one CPU runs the same solves in turn. A
+    speculation on another deployed set is dropped and solved again: the same plans."""
+    import threading
+
+    from planner.optimize import cutseq, nextplan
+
+    inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    threads = []
+    real = cutseq.cost_phase
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cutseq, "cost_phase", recording)
+
+    def run(cpus):
+        monkeypatch.setattr(cutseq, "usable_cpus", lambda: cpus)
+        threads.clear()
+        return _plan_tables(plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction))
+
+    two = run(2)
+    beside = list(threads)
+    assert "beside" in beside and len(two) >= 2
+    assert run(1) == two and len(threads) == len(beside) and "beside" not in threads
+    ahead = nextplan.WholeModelSearch._loaded_ahead
+    monkeypatch.setattr(nextplan.WholeModelSearch, "_loaded_ahead", lambda self, support: ahead(self, frozenset()))
+    assert run(2) == two and len(threads) == len(beside) + 1
