@@ -15,8 +15,8 @@ that model with those cuts.
   combination (S_1, ..., S_B) not in F with the least (sum of costs, sum of T), where each
   block contributes the least (cost, T) of its plans deploying exactly S_b.
 - Each block lists its sets in that order by its own no-good-cut search (one small CP-SAT
-  model per block, solved only as far as needed): its i-th entry is the canonical optimum
-  of the block without its first i - 1 sets, so the entries' (cost, T) never decrease and
+  model per block, solved only as far as needed, nothing looked ahead): its i-th entry is
+  the canonical optimum of the block without its first i - 1 sets, so the entries' (cost, T) never decrease and
   each carries the lexicographically least replicas and traffic of its set at that (cost, T).
 - Combinations are visited in increasing (cost, T) from (0, ..., 0) by raising one index at
   a time (the k-best-sums successor rule, each combination once); among combinations that
@@ -174,7 +174,10 @@ class _BlockList:
                 self._add(entry)
                 return
         self.mirror = None
-        result = self.sequence.solve(self.later if self.entries else self.first, ahead_options=self.later)
+        # No look-ahead: a block's list is read only as far as the combinations need, so its
+        # next entry is often never asked for, and a block's full proof is a small solve
+        # (issue 19, the large benchmark problem: 35 solves instead of 40, 9 % less CP-SAT work).
+        result = self.sequence.solve(self.later if self.entries else self.first, look_ahead=False)
         if result.status == SolveStatus.INFEASIBLE:
             self.ended = True
             return
@@ -272,7 +275,7 @@ class BlockSearch:
         return self.searches[kind]
 
     def next(self, kind: str, last=None) -> SolveResult:
-        """The next plan of ``kind`` (``last`` is not used: each block's list looks ahead)."""
+        """The next plan of ``kind`` (``last`` is not used: the block lists look nothing ahead)."""
         # the plain model after the first solve continues the first solve's lists
         start = time.perf_counter()
         search_kind = FIRST if kind in (FIRST, PLAIN) else LOADED
