@@ -359,7 +359,7 @@ def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
     pair_ids, pair_wl = pairs.get_level_values("candidate_id"), pairs.get_level_values("workload")
     order = sorted(range(len(pairs)), key=lambda i: (pair_ids[i], pair_wl[i]))
     pair_ids, pair_wl = pair_ids.take(order), pair_wl.take(order)
-    w_pos = pd.Index(workloads).get_indexer(pair_wl)
+    w_pos = np.array([workloads.index(w) for w in pair_wl], dtype=np.int64)
     rate = _values_at(inst.rate_per_s, workloads).astype(float)
     q = _values_at(built.traffic_units, workloads)
     routed = rate[w_pos] * (x[x > 0][order] / q[w_pos])
@@ -393,7 +393,8 @@ def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
 
 def _values_at(series: pd.Series, labels: list) -> np.ndarray:
     """``series[labels].to_numpy()`` without building the selected Series."""
-    return series.to_numpy()[series.index.get_indexer(labels)]
+    at = dict(zip(series.index, range(len(series))))
+    return series.to_numpy()[[at[label] for label in labels]]
 
 
 def group_sums(keys: pd.Index, values: np.ndarray, wanted: pd.Index) -> np.ndarray:

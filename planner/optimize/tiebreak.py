@@ -216,9 +216,11 @@ def _no_other_replicas(face: cp_model.CpModel, built: BuiltModel, replicas: np.n
     check = face.clone()
     check.clear_hints()
     differs = []
-    for (cid, var), value, upper in zip(built.replicas.items(), replicas, built.replica_upper):
+    use = dict(zip(built.use.index, built.use.tolist()))
+    for cid, var, value, upper in zip(built.replicas.index, built.replicas.tolist(), replicas.tolist(),
+                                      built.replica_upper.tolist()):
         if value == 0:
-            differs.append(built.use[cid])          # y_j >= 1 exactly when use_j (use_link, use_floor)
+            differs.append(use[cid])                # y_j >= 1 exactly when use_j (use_link, use_floor)
             continue
         for bound, low in ((int(value) - 1, True), (int(value) + 1, False)):
             if (low and bound < 0) or (not low and bound > upper):
