@@ -297,34 +297,43 @@ def greedy_hint(built: BuiltModel) -> tuple:
     if not len(built.traffic):
         return ()
     pairs = built.traffic.index
-    ids = pairs.get_level_values("candidate_id")
-    price = built.price_units.loc[ids].to_numpy(float)
-    per_unit = price * built.load_coef.to_numpy() / built.load_units_per_replica.loc[ids].to_numpy()
-    role = pd.Series(candidate_roles(built.candidates), index=built.candidates.index).loc[ids].to_numpy()
-    pool = pd.Series(candidate_pools(built.candidates), index=built.candidates.index).loc[ids].to_numpy()
-    x = pd.Series(0, index=pairs, dtype=np.int64)
-    for workload, cost in pd.Series(per_unit, index=pairs).groupby(level="workload"):
+    ids = np.asarray(pairs.get_level_values("candidate_id"), dtype=object)
+    workloads = np.asarray(pairs.get_level_values("workload"), dtype=object)
+    price = built.price_units.to_numpy(float)[built.price_units.index.get_indexer(ids)]
+    units_at = built.load_units_per_replica.to_numpy()[built.load_units_per_replica.index.get_indexer(ids)]
+    per_unit = price * built.load_coef.to_numpy() / units_at
+    at_cand = built.candidates.index.get_indexer(ids)
+    role, pool = candidate_roles(built.candidates)[at_cand], candidate_pools(built.candidates)[at_cand]
+    x = np.zeros(len(pairs), dtype=np.int64)
+
+    def cheapest(positions: np.ndarray) -> int:
+        """The first of the least per-unit cost among ``positions`` (as ``Series.idxmin``)."""
+        positions = positions[~np.isnan(per_unit[positions])]
+        return int(positions[np.argmin(per_unit[positions])])
+
+    for workload in sorted(set(workloads.tolist())):
         # the cheapest aggregated candidate, or the cheapest prefill + decode pair of one pool
-        at = pairs.get_level_values("workload") == workload
+        at = np.flatnonzero(workloads == workload)
         mine, pools = role[at], pool[at]
-        options = [[cost[mine == "both"].idxmin()]] if (mine == "both").any() else []
+        options = [[cheapest(at[mine == "both"])]] if (mine == "both").any() else []
         for key in sorted(set(pools[mine != "both"])):
             p, d = (mine == "prefill") & (pools == key), (mine == "decode") & (pools == key)
             if p.any() and d.any():
-                options.append([cost[p].idxmin(), cost[d].idxmin()])
-        chosen = min(options, key=lambda c: sum(cost[i] for i in c)) if options else []
-        for pair in chosen:
-            x[pair] = int(built.traffic_units[workload])
-    load = (built.load_coef * x).groupby(level="candidate_id").sum()
-    load = load.reindex(built.replicas.index, fill_value=0)
+                options.append([cheapest(at[p]), cheapest(at[d])])
+        chosen = min(options, key=lambda c: sum(per_unit[i] for i in c)) if options else []
+        for i in chosen:
+            x[i] = int(built.traffic_units[workload])
+    load = np.zeros(len(built.replicas), dtype=np.int64)
+    at_rep = built.replicas.index.get_indexer(ids)
+    np.add.at(load, at_rep, built.load_coef.to_numpy(np.int64) * x)
     units = built.load_units_per_replica.to_numpy()
     spare = np.zeros(len(units), dtype=np.int64)
-    serving = x[x > 0].index
-    for cid, workload in serving:
-        if cid in built.spare.index and workload in built.instance.redundancy_workloads:
-            spare[built.replicas.index.get_loc(cid)] = 1
-    y = -(-load.to_numpy() // units) + spare
-    return ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
+    red, spares = set(built.instance.redundancy_workloads), set(built.spare.index)
+    for i in np.flatnonzero(x > 0):
+        if ids[i] in spares and workloads[i] in red:
+            spare[at_rep[i]] = 1
+    y = -(-load // units) + spare
+    return ((built.replicas, y), (built.use, y > 0), (built.traffic, x),
             (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)]))
 
 
