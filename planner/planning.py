@@ -23,6 +23,7 @@ from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATI
                                            plan_alternatives)
 from planner.optimize.model import build_model
 from planner.optimize.prune import candidate_blocks, candidate_pools, candidate_roles, prefilter_dominated, role_blocks
+from planner.optimize.solve import group_sums
 from planner.parameters import ProblemParams
 from planner.problem import Problem
 from planner.search import candidates_and_params, problem_params, rejection_counts, workload_arrays
@@ -267,25 +268,23 @@ def predicted_latency(problem: Problem, candidates: pd.DataFrame, params: Proble
     if problem.measured or all(routing.empty for _, routing in plans):
         return [routing.assign(ttft_p95_s=np.nan, tpot_p95_s=np.nan) for _, routing in plans]
     # One row per (plan, routed workload, deployment); the load seen is the replica's total load.
-    parts = []
-    for i, (deployments, routing) in enumerate(plans):
-        per_candidate = deployments.set_index("candidate_id")
-        ids = routing["candidate_id"]
-        parts.append(routing.assign(
-            _plan=i,
-            rate_per_replica_per_s=routing["rate_per_s"].to_numpy()
-            / per_candidate.loc[ids, "replicas"].to_numpy(),
-            _load=per_candidate.loc[ids, "load_fraction"].to_numpy()))
-    rows_all = pd.concat(parts, ignore_index=True)
-    latency = pd.DataFrame(index=rows_all.index, columns=["ttft_p95_s", "tpot_p95_s"], dtype=float)
+    ids, workloads, per_replica, loads = [], [], [], []
+    for deployments, routing in plans:
+        at = pd.Index(deployments["candidate_id"]).get_indexer(routing["candidate_id"])
+        ids.append(routing["candidate_id"].to_numpy(object))
+        workloads.append(routing["workload"].to_numpy(object))
+        per_replica.append(routing["rate_per_s"].to_numpy() / deployments["replicas"].to_numpy()[at])
+        loads.append(deployments["load_fraction"].to_numpy()[at])
+    ids_all, workload_all, per_replica_all, load_all = (np.concatenate(v) for v in (ids, workloads, per_replica, loads))
+    latency = {key: np.full(len(ids_all), np.nan) for key in ("ttft_p95_s", "tpot_p95_s")}
     for w in problem.workloads:
-        part = rows_all[rows_all["workload"] == w.name]
-        if part.empty:
+        part = np.flatnonzero(workload_all == w.name)
+        if not len(part):
             continue
-        rows = candidates.loc[part["candidate_id"]]
+        rows = candidates.iloc[candidates.index.get_indexer(ids_all[part])]
         traffic = TrafficArrays.from_distributions(w.prompt, w.output, w.prefix_cache_hit_fraction)
         cap = rows[f"central_capacity_per_s[{w.name}]"].to_numpy()
-        equivalent_rate = np.maximum(part["_load"].to_numpy() * cap, part["rate_per_replica_per_s"].to_numpy())
+        equivalent_rate = np.maximum(load_all[part] * cap, per_replica_all[part])
         roles = candidate_roles(rows)
         for role in dict.fromkeys(roles):
             mine = roles == role
@@ -296,13 +295,18 @@ def predicted_latency(problem: Problem, candidates: pd.DataFrame, params: Proble
             state = (state_at_rate(arrays, sub_params, traffic, equivalent_rate[mine]) if role == "both" else
                      role_latency(role, arrays, sub_params, traffic, equivalent_rate[mine],
                                   pool_scale_out_bytes_per_s(problem.catalog, problem.gpus)))
-            latency.loc[part.index[mine], "ttft_p95_s"] = state["ttft_p95_s"]
-            latency.loc[part.index[mine], "tpot_p95_s"] = state["tpot_p95_s"]
-    out = []
-    for i in range(len(plans)):
-        mine = rows_all["_plan"] == i
-        done = pd.concat([rows_all.loc[mine], latency.loc[mine]], axis=1).drop(columns=["_plan", "_load"])
-        out.append(done.sort_values(["candidate_id", "workload"], ignore_index=True))
+            for key, values in latency.items():
+                values[part[mine]] = state[key]
+    out, start = [], 0
+    for (_, routing), rate in zip(plans, per_replica):
+        end = start + len(routing)
+        done = routing.assign(rate_per_replica_per_s=rate, ttft_p95_s=latency["ttft_p95_s"][start:end],
+                              tpot_p95_s=latency["tpot_p95_s"][start:end])
+        done.attrs = {}
+        keys = list(zip(done["candidate_id"], done["workload"]))
+        out.append(done.reset_index(drop=True) if keys == sorted(keys) else
+                   done.sort_values(["candidate_id", "workload"], ignore_index=True))
+        start = end
     return out
 
 
@@ -316,13 +320,15 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
     """
     if routing.empty:
         return deployments
-    cols = [f"central_capacity_per_s[{w}]" for w in routing["workload"]]
-    rows = candidates.loc[routing["candidate_id"], list(dict.fromkeys(cols))]   # the columns read only
-    cap = rows.to_numpy(float)[np.arange(len(rows)), rows.columns.get_indexer(cols)]
-    share = pd.Series(routing["rate_per_s"].to_numpy(float) / cap)
-    share = share.groupby(routing["candidate_id"].to_numpy()).sum()
-    per = deployments.set_index("candidate_id")
-    load = share.reindex(per.index, fill_value=0.0).to_numpy() / per["replicas"].to_numpy(float)
+    at = candidates.index.get_indexer(routing["candidate_id"])
+    cap = np.empty(len(routing))
+    workloads = routing["workload"].to_numpy(object)
+    for w in dict.fromkeys(workloads):
+        mine = workloads == w
+        cap[mine] = candidates[f"central_capacity_per_s[{w}]"].to_numpy(float)[at[mine]]
+    share = group_sums(pd.Index(routing["candidate_id"]), routing["rate_per_s"].to_numpy(float) / cap,
+                       pd.Index(deployments["candidate_id"]))
+    load = share / deployments["replicas"].to_numpy(float)
     return with_pools(deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load))
 
 

@@ -124,19 +124,17 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     found: list[FoundPlan] = []
     optimum: float | None = None
 
-    def wanted() -> bool:
-        if not found:
-            return True
-        face = sum(f.optimal_cost for f in found)
-        if found[-1].optimal_cost and face < face_limit:
-            return True
-        # rank 1 is the lone optimum when the face is one plan: k - 1 alternatives suffice
-        need = k - 1 if face == 1 and not found[0].admissible else k
-        return sum(f.admissible for f in found) < need
+    def last(usd_per_hour: float) -> bool:
+        """Whether a next plan of that cost would end the search, were it admissible (as a
+        plan of the minimum-load model nearly always is; a wrong guess costs time only)."""
+        optimal = optimum is None or (sum(f.optimal_cost for f in found) < face_limit
+                                      and round(usd_per_hour, 9) == round(optimum, 9))
+        return not _wanted([f.optimal_cost for f in found] + [optimal], [f.admissible for f in found] + [True],
+                           k, face_limit)
 
-    while wanted():
+    while _wanted([f.optimal_cost for f in found], [f.admissible for f in found], k, face_limit):
         kind = FIRST if not found else PLAIN if forced else LOADED
-        result = search.next(kind)
+        result = search.next(kind, last=last)
         if statuses is not None:
             statuses.append(result)
         if result.status == SolveStatus.INFEASIBLE and kind == LOADED:
@@ -159,14 +157,28 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     return found
 
 
+def _wanted(optimal_cost: list[bool], admissible: list[bool], k: int, face_limit: int) -> bool:
+    """Whether :func:`plan_alternatives` solves again after plans with these flags (in order)."""
+    if not optimal_cost:
+        return True
+    face = sum(optimal_cost)
+    if optimal_cost[-1] and face < face_limit:
+        return True
+    # rank 1 is the lone optimum when the face is one plan: k - 1 alternatives suffice
+    need = k - 1 if face == 1 and not admissible[0] else k
+    return sum(admissible) < need
+
+
 def _least_load(built: BuiltModel, plan: Plan) -> float:
     """Least load fraction over a plan's deployments, spare replicas of N+1 not counted."""
     red = set(built.instance.redundancy_workloads)
-    spare_ids = set(plan.routing.loc[plan.routing["workload"].isin(red), "candidate_id"])
+    routing = plan.routing
+    spare_ids = ({cid for cid, w in zip(routing["candidate_id"].tolist(), routing["workload"].tolist()) if w in red}
+                 if red else set())
     dep = plan.deployments
     if dep.empty:
         return 1.0
-    spare = dep["candidate_id"].isin(spare_ids).to_numpy(np.int64)
+    spare = np.array([cid in spare_ids for cid in dep["candidate_id"].tolist()], dtype=np.int64)
     replicas = dep["replicas"].to_numpy(np.int64)
     active = np.maximum(replicas - spare, 1)
     return float(np.min(dep["load_fraction"].to_numpy(float) * replicas / active))

@@ -15,8 +15,8 @@ that model with those cuts.
   combination (S_1, ..., S_B) not in F with the least (sum of costs, sum of T), where each
   block contributes the least (cost, T) of its plans deploying exactly S_b.
 - Each block lists its sets in that order by its own no-good-cut search (one small CP-SAT
-  model per block, solved only as far as needed): its i-th entry is the canonical optimum
-  of the block without its first i - 1 sets, so the entries' (cost, T) never decrease and
+  model per block, solved only as far as needed, nothing looked ahead): its i-th entry is
+  the canonical optimum of the block without its first i - 1 sets, so the entries' (cost, T) never decrease and
   each carries the lexicographically least replicas and traffic of its set at that (cost, T).
 - Combinations are visited in increasing (cost, T) from (0, ..., 0) by raising one index at
   a time (the k-best-sums successor rule, each combination once); among combinations that
@@ -39,7 +39,7 @@ from ortools.sat.python import cp_model
 
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
-from planner.optimize.cutseq import CutSequence
+from planner.optimize.cutseq import CutSequence, no_good_cut
 from planner.optimize.solve import SolveResult, combine_results
 from planner.optimize.tiebreak import tie_break_weight
 
@@ -51,13 +51,16 @@ def add_min_load(model: cp_model.CpModel, built: BuiltModel, fraction: float) ->
     """Rows ``load_j >= ceil(fraction L_j) (y_j - spare_j)`` for every candidate j of ``built``."""
     if fraction <= 0:
         return
-    pairs = built.traffic.index.get_level_values("candidate_id")
-    for cid in built.replicas.index:
-        mine = np.flatnonzero(pairs == cid)
-        load = cp_model.LinearExpr.weighted_sum([built.traffic.iloc[i] for i in mine],
-                                                [int(built.load_coef.iloc[i]) for i in mine])
-        floor_units = math.ceil(fraction * int(built.load_units_per_replica[cid]))
-        active = built.replicas[cid] - built.spare[cid] if cid in built.spare.index else built.replicas[cid]
+    ids = built.replicas.index
+    owner = ids.get_indexer(built.traffic.index.get_level_values("candidate_id"))
+    traffic, coef = built.traffic.tolist(), built.load_coef.to_numpy(np.int64).tolist()
+    units = built.load_units_per_replica.reindex(ids).to_numpy(np.int64).tolist()
+    spare = dict(zip(built.spare.index, built.spare.tolist()))
+    for j, (cid, replicas) in enumerate(zip(ids, built.replicas.tolist())):
+        mine = np.flatnonzero(owner == j).tolist()
+        load = cp_model.LinearExpr.weighted_sum([traffic[i] for i in mine], [coef[i] for i in mine])
+        floor_units = math.ceil(fraction * units[j])
+        active = replicas - spare[cid] if cid in spare else replicas
         model.add(load >= floor_units * active).with_name(f"min_load[{cid}]")
 
 
@@ -94,18 +97,36 @@ class WholeModelSearch:
                  min_load_fraction: float):
         self.built, self.options, self.later, self.fraction = built, options, later, min_load_fraction
         self.plain, self.loaded = CutSequence(built, built.model.clone()), None
+        self.speculative: frozenset | None = None    # the cut the loaded model was built with, ahead
 
-    def next(self, kind: str) -> SolveResult:
+    def next(self, kind: str, last=None) -> SolveResult:
+        """The next plan of ``kind``; ``last``: see :meth:`CutSequence.solve`."""
         if kind == LOADED and self.loaded is None:
-            model = self.plain.model.clone()
-            add_min_load(model, self.built, self.fraction)
-            self.loaded = CutSequence(self.built, model)
-        if kind == FIRST:       # the next solve is of the loaded model: nothing to look ahead
-            return self.plain.solve(self.options, look_ahead=False)
-        return (self.loaded if kind == LOADED else self.plain).solve(self.later)
+            self.loaded = self._loaded_sequence(self.plain.model.clone())
+        if kind == FIRST:       # the next solve is of the loaded model: nothing to look ahead,
+            # but its cost solve runs beside this plan's proof (the model with this plan's cut)
+            return self.plain.solve(self.options, look_ahead=False, last=last, beside=self._loaded_ahead)
+        return (self.loaded if kind == LOADED else self.plain).solve(self.later, last=last)
+
+    def _loaded_sequence(self, model: cp_model.CpModel) -> CutSequence:
+        add_min_load(model, self.built, self.fraction)
+        return CutSequence(self.built, model, greedy=self.plain.greedy())
+
+    def _loaded_ahead(self, support: frozenset) -> None:
+        """The loaded sequence as :meth:`next` builds it once ``support`` is forbidden (the same
+        rows in the same order), with its first cost solve done; :meth:`forbid` keeps it only
+        when the first plan deploys ``support``."""
+        model = self.plain.model.clone()
+        model.add_bool_or(no_good_cut(self.built, support))
+        loaded = self._loaded_sequence(model)
+        loaded.pending = (support, loaded._cost_phase(loaded.model, self.later))
+        self.loaded, self.speculative = loaded, support
 
     def forbid(self, used: set) -> None:
-        for sequence in (self.plain, self.loaded):
+        speculative, self.speculative = self.speculative, None
+        if speculative is not None and speculative != frozenset(used):
+            self.loaded = None                  # built with another plan's cut: built again
+        for sequence in (self.plain, self.loaded if speculative is None else None):
             if sequence is not None:
                 sequence.forbid(used)
 
@@ -153,7 +174,10 @@ class _BlockList:
                 self._add(entry)
                 return
         self.mirror = None
-        result = self.sequence.solve(self.later if self.entries else self.first, ahead_options=self.later)
+        # No look-ahead: a block's list is read only as far as the combinations need, so its
+        # next entry is often never asked for, and a block's full proof is a small solve
+        # (issue 19, the large benchmark problem: 35 solves instead of 40, 9 % less CP-SAT work).
+        result = self.sequence.solve(self.later if self.entries else self.first, look_ahead=False)
         if result.status == SolveStatus.INFEASIBLE:
             self.ended = True
             return
@@ -250,7 +274,8 @@ class BlockSearch:
             self.searches[kind] = _Combinations(lists, self.order)
         return self.searches[kind]
 
-    def next(self, kind: str) -> SolveResult:
+    def next(self, kind: str, last=None) -> SolveResult:
+        """The next plan of ``kind`` (``last`` is not used: the block lists look nothing ahead)."""
         # the plain model after the first solve continues the first solve's lists
         start = time.perf_counter()
         search_kind = FIRST if kind in (FIRST, PLAIN) else LOADED

@@ -15,7 +15,8 @@ from planner.optimize.blocks import emitted, split_model
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.scaling import COST_UNITS_PER_USD
-from planner.optimize.tiebreak import TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, tie_break_weight
+from planner.optimize.tiebreak import (TIE_BREAK_RULE, add_hints, canonical_solution, new_solver, solution_values,
+                                      tie_break_weight)
 from planner.serving.parallel import usable_cpus
 
 _STATUS = {cp_model.OPTIMAL: SolveStatus.OPTIMAL, cp_model.FEASIBLE: SolveStatus.FEASIBLE,
@@ -159,7 +160,7 @@ def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = No
     phase = CostPhase(solver, solving, status, params, weight, time.perf_counter() - start)
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         return phase
-    y = np.asarray(solver.values(built.replicas), dtype=np.int64)
+    y = solution_values(solver, built.replicas)
     cost_units = int(built.price_units.to_numpy(dtype=object) @ y.astype(object))
     if code == cp_model.OPTIMAL and options.relative_gap_limit == 0:
         bound_units = cost_units
@@ -198,13 +199,17 @@ def finish_solve(built: BuiltModel, phase: CostPhase, options: SolverOptions, *,
         params.update(proven_unique=report.proven_unique, num_solves=1 + report.num_solves)
         params["wall_time_s"].update(report.wall_time_s)
     else:
-        x = np.asarray(phase.solver.values(built.traffic), dtype=np.int64)
+        x = solution_values(phase.solver, built.traffic)
     replicas = pd.Series(y, index=built.replicas.index, name="replicas")
     traffic = pd.Series(x, index=built.traffic.index, name="traffic_units", dtype=np.int64)
-    price = built.candidates["usd_per_replica_hour"].to_numpy(float)
-    objective = math.fsum(price * y)
+    objective = plan_cost_usd(built, y)
     return SolveResult(phase.status, objective, phase.bound_units / COST_UNITS_PER_USD, phase.gap,
                        phase.seconds + time.perf_counter() - start, params, built.scales, replicas, traffic)
+
+
+def plan_cost_usd(built: BuiltModel, replicas: np.ndarray) -> float:
+    """Cost [USD/h] of ``replicas`` (aligned with ``built.replicas``), as a result reports it."""
+    return math.fsum(built.candidates["usd_per_replica_hour"].to_numpy(float) * replicas)
 
 
 def solving_options(options: SolverOptions, num_variables: int) -> SolverOptions:
@@ -259,8 +264,7 @@ def combine_results(built: BuiltModel, blocks: list[BuiltModel], results: list, 
     gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
     status = (SolveStatus.OPTIMAL if all(r.status == SolveStatus.OPTIMAL for r in results) and gap == 0
               else SolveStatus.FEASIBLE)
-    price = built.candidates["usd_per_replica_hour"].to_numpy(float)
-    objective = math.fsum(price * y.to_numpy())
+    objective = plan_cost_usd(built, y.to_numpy())
     return SolveResult(status, objective, bound_units / COST_UNITS_PER_USD, gap, wall_time_s, params,
                        built.scales, y, x)
 
@@ -293,34 +297,43 @@ def greedy_hint(built: BuiltModel) -> tuple:
     if not len(built.traffic):
         return ()
     pairs = built.traffic.index
-    ids = pairs.get_level_values("candidate_id")
-    price = built.price_units.loc[ids].to_numpy(float)
-    per_unit = price * built.load_coef.to_numpy() / built.load_units_per_replica.loc[ids].to_numpy()
-    role = pd.Series(candidate_roles(built.candidates), index=built.candidates.index).loc[ids].to_numpy()
-    pool = pd.Series(candidate_pools(built.candidates), index=built.candidates.index).loc[ids].to_numpy()
-    x = pd.Series(0, index=pairs, dtype=np.int64)
-    for workload, cost in pd.Series(per_unit, index=pairs).groupby(level="workload"):
+    ids = np.asarray(pairs.get_level_values("candidate_id"), dtype=object)
+    workloads = np.asarray(pairs.get_level_values("workload"), dtype=object)
+    price = built.price_units.to_numpy(float)[built.price_units.index.get_indexer(ids)]
+    units_at = built.load_units_per_replica.to_numpy()[built.load_units_per_replica.index.get_indexer(ids)]
+    per_unit = price * built.load_coef.to_numpy() / units_at
+    at_cand = built.candidates.index.get_indexer(ids)
+    role, pool = candidate_roles(built.candidates)[at_cand], candidate_pools(built.candidates)[at_cand]
+    x = np.zeros(len(pairs), dtype=np.int64)
+
+    def cheapest(positions: np.ndarray) -> int:
+        """The first of the least per-unit cost among ``positions`` (as ``Series.idxmin``)."""
+        positions = positions[~np.isnan(per_unit[positions])]
+        return int(positions[np.argmin(per_unit[positions])])
+
+    for workload in sorted(set(workloads.tolist())):
         # the cheapest aggregated candidate, or the cheapest prefill + decode pair of one pool
-        at = pairs.get_level_values("workload") == workload
+        at = np.flatnonzero(workloads == workload)
         mine, pools = role[at], pool[at]
-        options = [[cost[mine == "both"].idxmin()]] if (mine == "both").any() else []
+        options = [[cheapest(at[mine == "both"])]] if (mine == "both").any() else []
         for key in sorted(set(pools[mine != "both"])):
             p, d = (mine == "prefill") & (pools == key), (mine == "decode") & (pools == key)
             if p.any() and d.any():
-                options.append([cost[p].idxmin(), cost[d].idxmin()])
-        chosen = min(options, key=lambda c: sum(cost[i] for i in c)) if options else []
-        for pair in chosen:
-            x[pair] = int(built.traffic_units[workload])
-    load = (built.load_coef * x).groupby(level="candidate_id").sum()
-    load = load.reindex(built.replicas.index, fill_value=0)
+                options.append([cheapest(at[p]), cheapest(at[d])])
+        chosen = min(options, key=lambda c: sum(per_unit[i] for i in c)) if options else []
+        for i in chosen:
+            x[i] = int(built.traffic_units[workload])
+    load = np.zeros(len(built.replicas), dtype=np.int64)
+    at_rep = built.replicas.index.get_indexer(ids)
+    np.add.at(load, at_rep, built.load_coef.to_numpy(np.int64) * x)
     units = built.load_units_per_replica.to_numpy()
     spare = np.zeros(len(units), dtype=np.int64)
-    serving = x[x > 0].index
-    for cid, workload in serving:
-        if cid in built.spare.index and workload in built.instance.redundancy_workloads:
-            spare[built.replicas.index.get_loc(cid)] = 1
-    y = -(-load.to_numpy() // units) + spare
-    return ((built.replicas, y), (built.use, y > 0), (built.traffic, x.to_numpy()),
+    red, spares = set(built.instance.redundancy_workloads), set(built.spare.index)
+    for i in np.flatnonzero(x > 0):
+        if ids[i] in spares and workloads[i] in red:
+            spare[at_rep[i]] = 1
+    y = -(-load // units) + spare
+    return ((built.replicas, y), (built.use, y > 0), (built.traffic, x),
             (built.spare, spare[built.replicas.index.get_indexer(built.spare.index)]))
 
 
@@ -349,34 +362,64 @@ def read_plan(built: BuiltModel, result: SolveResult) -> Plan | None:
     if result.replicas is None:
         return None
     inst, cands = built.instance, built.candidates
-    rate = inst.rate_per_s[list(built.workloads)].astype(float)
-    x = result.traffic_units
-    pair_ids = x.index.get_level_values("candidate_id")
-    pair_wl = x.index.get_level_values("workload")
-    routed = rate.loc[pair_wl].to_numpy() * (x.to_numpy() / built.traffic_units.loc[pair_wl].to_numpy())
+    workloads = list(built.workloads)
+    x = result.traffic_units.to_numpy()
+    pairs = result.traffic_units.index[x > 0]
+    pair_ids, pair_wl = pairs.get_level_values("candidate_id"), pairs.get_level_values("workload")
+    order = sorted(range(len(pairs)), key=lambda i: (pair_ids[i], pair_wl[i]))
+    pair_ids, pair_wl = pair_ids.take(order), pair_wl.take(order)
+    w_pos = np.array([workloads.index(w) for w in pair_wl], dtype=np.int64)
+    rate = _values_at(inst.rate_per_s, workloads).astype(float)
+    q = _values_at(built.traffic_units, workloads)
+    routed = rate[w_pos] * (x[x > 0][order] / q[w_pos])
     routing = pd.DataFrame({"candidate_id": pair_ids, "workload": pair_wl, "rate_per_s": routed})
-    routing = routing[x.to_numpy() > 0].sort_values(["candidate_id", "workload"]).reset_index(drop=True)
-    cap = inst.capacity_per_s.loc[routing["candidate_id"], :].to_numpy(float)
-    wl_pos = inst.capacity_per_s.columns.get_indexer(routing["workload"])
-    load = pd.Series(routing["rate_per_s"].to_numpy() / cap[np.arange(len(routing)), wl_pos])
-    load_by_id = load.groupby(routing["candidate_id"].to_numpy()).sum()
+    capacity = inst.capacity_per_s
+    cap = capacity.to_numpy(float)[capacity.index.get_indexer(pair_ids), capacity.columns.get_indexer(pair_wl)]
+    y_all = result.replicas.to_numpy()
+    ids = result.replicas.index[y_all > 0]
+    y = y_all[y_all > 0].astype(np.int64)
+    load = group_sums(pair_ids, routed / cap, ids)
 
-    y = result.replicas[result.replicas > 0]
-    rows = cands.loc[y.index]
-    price = rows["usd_per_replica_hour"].to_numpy(float)
-    gpr = rows["gpus_per_replica"].to_numpy(np.int64)
-    dep = pd.DataFrame({"candidate_id": y.index.to_numpy(), "gpu": rows["gpu"].to_numpy(),
-                        "gpus_per_replica": gpr, "replicas": y.to_numpy(np.int64),
-                        "gpus": y.to_numpy(np.int64) * gpr, "usd_per_hour": y.to_numpy() * price,
-                        "load_fraction": load_by_id.reindex(y.index, fill_value=0.0).to_numpy()
-                        / y.to_numpy()})
-    others = rows.drop(columns=["gpu", "gpus_per_replica"]).reset_index(drop=True)
-    dep = pd.concat([dep, others], axis=1)
+    pos = cands.index.get_indexer(ids)
+    price = cands["usd_per_replica_hour"].to_numpy(float)[pos]
+    gpr = cands["gpus_per_replica"].to_numpy(np.int64)[pos]
+    columns = {"candidate_id": ids.to_numpy(), "gpu": cands["gpu"].to_numpy()[pos], "gpus_per_replica": gpr,
+               "replicas": y, "gpus": y * gpr, "usd_per_hour": y * price, "load_fraction": load / y}
+    others = [c for c in cands.columns if c not in ("gpu", "gpus_per_replica")]
+    if set(others) & set(columns):      # a repeated name: concat keeps both columns
+        dep = pd.concat([pd.DataFrame(columns),
+                         cands.iloc[pos].drop(columns=["gpu", "gpus_per_replica"]).reset_index(drop=True)], axis=1)
+    else:
+        dep = pd.DataFrame({**columns, **{c: cands[c].array.take(pos) for c in others}})
     dep.attrs["name"] = "deployments"
     routing.attrs.update(name="routing", unit="1/s")
-    gpus = dep.groupby("gpu")["gpus"].sum()
-    return Plan(deployments=dep, routing=routing, usd_per_hour=math.fsum(dep["usd_per_hour"]),
-                gpus_by_type={str(g): int(n) for g, n in sorted(gpus.items())})
+    gpus: dict = {}
+    for g, n in zip(columns["gpu"], columns["gpus"]):
+        gpus[str(g)] = gpus.get(str(g), 0) + int(n)
+    return Plan(deployments=dep, routing=routing, usd_per_hour=math.fsum(columns["usd_per_hour"]),
+                gpus_by_type=dict(sorted(gpus.items())))
+
+
+def _values_at(series: pd.Series, labels: list) -> np.ndarray:
+    """``series[labels].to_numpy()`` without building the selected Series."""
+    at = dict(zip(series.index, range(len(series))))
+    return series.to_numpy()[[at[label] for label in labels]]
+
+
+def group_sums(keys: pd.Index, values: np.ndarray, wanted: pd.Index) -> np.ndarray:
+    """Per key of ``wanted``, the sum of ``values`` at its entries of ``keys`` (0 without any),
+    added in order with the compensated (Kahan) summation of pandas' groupby sum, so that the
+    sums are those of ``pd.Series(values).groupby(keys).sum()`` to the bit."""
+    total: dict = {}
+    carry: dict = {}
+    for key, value in zip(keys, values.tolist()):
+        y = value - carry.get(key, 0.0)
+        s = total.get(key, 0.0)
+        t = s + y
+        c = t - s - y
+        carry[key] = 0.0 if c != c else c
+        total[key] = t
+    return np.array([total.get(key, 0.0) for key in wanted], dtype=float)
 
 
 def solve(instance: PlanningInstance, options: SolverOptions = SolverOptions(), hint: dict | None = None

@@ -83,8 +83,9 @@ def test_ranking_by_blocks_finds_the_whole_models_plans_in_order(seed, fraction,
 
 @pytest.mark.parametrize("seed, split", [(0, True), (2, True), (5, False), (1, False)])
 def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monkeypatch):
-    """CutSequence takes each uniqueness proof's other-sets half from the next cost solve;
-    the plans (by blocks and on the whole model) are those of full proofs per solve."""
+    """CutSequence takes each uniqueness proof's other-sets half from the next cost solve (on
+    the whole model; the block lists look nothing ahead); the plans (by blocks and on the whole
+    model) are those of full proofs per solve."""
     from planner.optimize import cutseq
 
     inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
@@ -99,10 +100,11 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
 
     monkeypatch.setattr(cutseq, "finish_solve", recording)
     ahead = plan_alternatives(inst, 5, FAST, face_limit=6)
-    assert any(flags)                       # some proofs were on one deployed set
+    assert any(flags) != split              # some proofs on one deployed set; blocks look nothing ahead
     solve = cutseq.CutSequence.solve
     monkeypatch.setattr(cutseq.CutSequence, "solve",
-                        lambda self, options, look_ahead=True, ahead_options=None: solve(self, options, False))
+                        lambda self, options, look_ahead=True, ahead_options=None, last=None, beside=None:
+                        solve(self, options, False))
     flags.clear()
     separate = plan_alternatives(inst, 5, FAST, face_limit=6)
     assert not any(flags)
@@ -112,3 +114,65 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
     monkeypatch.setattr(cutseq.CutSequence, "_cost_phase", lambda self, model, options: cutseq.cost_phase(
         replace(self.built, model=model), options, greedy=self.greedy()))
     assert _plan_tables(plan_alternatives(inst, 5, FAST, face_limit=6)) == _plan_tables(ahead)
+
+
+@pytest.mark.parametrize("seed, fraction", [(1, 0.05), (5, 0.05), (4, 0.97)])
+def test_no_look_ahead_after_the_last_plan_and_the_same_plans(seed, fraction, monkeypatch):
+    """The solve predicted to give the last plan looks nothing ahead (its proof is the full
+    one); the plans are those of a search that always looks ahead."""
+    from planner.optimize import cutseq
+
+    inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    flags = []
+    finish = cutseq.finish_solve
+
+    def recording(built, phase, options, *, one_support=False):
+        flags.append(one_support)
+        return finish(built, phase, options, one_support=one_support)
+
+    monkeypatch.setattr(cutseq, "finish_solve", recording)
+    found = plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction)
+    assert len(found) >= 2 and flags[-1] is False and flags[0] is False      # the first looks nothing ahead
+    predicted = list(flags)
+    solve = cutseq.CutSequence.solve
+    monkeypatch.setattr(cutseq.CutSequence, "solve", lambda self, options, look_ahead=True, ahead_options=None,
+                        last=None, beside=None: solve(self, options, look_ahead, ahead_options, beside=beside))
+    flags.clear()
+    always = plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction)
+    assert _plan_tables(always) == _plan_tables(found)
+    assert flags[:-1] == predicted[:-1] and flags[-1] is True      # the look-ahead the prediction spared
+
+
+@pytest.mark.parametrize("seed, fraction", [(1, 0.05), (4, 0.97)])
+def test_solves_beside_the_proofs_give_the_plans_of_one_cpu(seed, fraction, monkeypatch):
+    """With two CPUs the minimum-load model's first cost solve runs beside the first plan's
+    proof, and each look-ahead beside its plan's; one CPU runs the same solves in turn. A
+    speculation on another deployed set is dropped and solved again: the same plans."""
+    import threading
+
+    from planner.optimize import cutseq, nextplan
+
+    inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    threads = []
+    real = cutseq.cost_phase
+
+    def recording(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cutseq, "cost_phase", recording)
+
+    def run(cpus):
+        monkeypatch.setattr(cutseq, "usable_cpus", lambda: cpus)
+        threads.clear()
+        return _plan_tables(plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction))
+
+    two = run(2)
+    beside = list(threads)
+    assert "beside" in beside and len(two) >= 2
+    assert run(1) == two and len(threads) == len(beside) and "beside" not in threads
+    ahead = nextplan.WholeModelSearch._loaded_ahead
+    monkeypatch.setattr(nextplan.WholeModelSearch, "_loaded_ahead", lambda self, support: ahead(self, frozenset()))
+    assert run(2) == two and len(threads) == len(beside) + 1
