@@ -38,7 +38,8 @@ from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
 from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401
-                                   exponential_tail_quantile, mixture_p95_offset)      # (re-exported)
+                                   exponential_tail_quantile, mixture_p95_bracket,     # (re-exported)
+                                   mixture_p95_offset)
 
 #: Correlation of the residual step and the queue waits ahead of a new request.
 QUEUE_CORRELATION = 0.5
@@ -123,6 +124,22 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
     as loose is met either way (a bisection's decisions).
     Returns arrays: rate_per_s, tpot_mean_s, tpot_p95_s, ttft_p95_s, stable (bool).
     """
+    state = _state_parts(c, p, t, n, steps, slots)
+    tau, common, per_inv = state["tpot_mean_s"], state.pop("tpot_common"), state.pop("tpot_per_inv")
+    stable, ttft_p95 = state["stable"], state["ttft_p95_s"]
+    # (not "> bound" rather than "<= bound": NaN rows get their p95 computed, as without ``within``)
+    may_meet = None if within is None else stable & ~(ttft_p95 > within[0]) & ~(tau > within[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tpot_p95 = _tpot_p95(tau, common, per_inv, t.output_strata_inv, may_meet)
+    return {"rate_per_s": state["rate_per_s"], "tpot_mean_s": tau, "tpot_p95_s": np.where(stable, tpot_p95, np.inf),
+            "ttft_p95_s": ttft_p95, "stable": stable, "occupancy": state["occupancy"]}
+
+
+def _state_parts(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n, steps: StepModel | None = None,
+                 slots=None) -> dict:
+    """:func:`state_at_occupancy` without its TPOT p95: the same arrays but ``tpot_p95_s``,
+    with the parts of that p95's spreads, ``tpot_common`` and ``tpot_per_inv`` (see
+    :func:`_tpot_p95`)."""
     n = np.asarray(n, dtype=float)
     out_m1 = np.maximum(t.output_mean_tokens - 1.0, 1.0)
     hit = 1.0 - t.prefix_hit_fraction
@@ -200,26 +217,24 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
                                                        + np.maximum(service_p95 - service, 0.0) ** 2)
         ttft_p95 = ttft_p95 + p.request_overhead_s  # server, tokenizer, streaming (calibrated)
     stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
-    # (not "> bound" rather than "<= bound": NaN rows get their p95 computed, as without ``within``)
-    may_meet = None if within is None else stable & ~(ttft_p95 > within[0]) & ~(tau > within[1])
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tpot_p95 = _tpot_p95(tau, common, per_inv, t.output_strata_inv, may_meet)
-    inf = np.inf
-    return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": np.where(stable, tpot_p95, inf),
-            "ttft_p95_s": np.where(stable, ttft_p95, inf), "stable": stable, "occupancy": n}
+    return {"rate_per_s": rate, "tpot_mean_s": tau, "ttft_p95_s": np.where(stable, ttft_p95, np.inf),
+            "stable": stable, "occupancy": n, "tpot_common": common, "tpot_per_inv": per_inv}
 
 
 def _tpot_p95(tau, common, per_inv, inverse_lives, rows=None) -> np.ndarray:
     """tau + the p95 offset of the mixture over the output strata of normal spreads
     sqrt(common + per_inv E[1/(O - 1)]) (:func:`state_at_occupancy`); with a mask ``rows``,
-    on those rows only (+inf elsewhere)."""
+    on those rows only (+inf elsewhere; any shape, the others broadcast against it)."""
     if rows is None or rows.all():
         return tau + mixture_p95_offset([np.sqrt(common + per_inv * inv) for inv in inverse_lives])
     out = np.full(np.shape(rows), np.inf)
     at = np.flatnonzero(rows)
     if at.size:
-        common, per_inv = common[at], per_inv[at]
-        out[at] = tau[at] + mixture_p95_offset([np.sqrt(common + per_inv * inv) for inv in inverse_lives])
+        def pick(v):
+            return np.broadcast_to(v, out.shape).reshape(-1)[at] if np.ndim(v) else v
+        common, per_inv = pick(common), pick(per_inv)
+        out.reshape(-1)[at] = pick(tau) + mixture_p95_offset([np.sqrt(common + per_inv * pick(inv))
+                                                              for inv in inverse_lives])
     return out
 
 
@@ -318,26 +333,30 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
               for a, b in slos]
     shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and _scalar_traffic(t)
 
-    # The bisection's states decide only: their TPOT p95 where the loosest pair may be met.
+    # The trickle's states take their TPOT p95 only where the loosest pair may be met.
     scalar_slos = all(np.ndim(x) == 0 for pair in slos for x in pair)
     loosest = (max(a for a, _ in slos), max(b for _, b in slos)) if shared and scalar_slos else None
 
-    def state(n, within=None):
+    def state(n, within=None, parts=True):
+        if parts:   # a bisection's state: its decisions need no TPOT p95 (see _meets)
+            return _state_parts(c, p, t, n, steps_model, n_max)
         return state_at_occupancy(c, p, t, n, steps_model, n_max, within)
 
-    def states(ns, within=None):
+    def states(ns, within=None, parts=True):
         if not shared:
-            return [state(n, within) for n in ns]
-        out = [state(ns[0], within)]
+            return [state(n, within, parts) for n in ns]
+        out = [state(ns[0], within, parts)]
         for n in ns[1:]:
             differ = np.flatnonzero(~(n == ns[0]))
             if not differ.size:
                 out.append(out[0])
             elif differ.size >= FULL_STATE_SHARE * n.size:   # the take and merge would cost more
-                out.append(state(n, within))
+                out.append(state(n, within, parts))
             else:
-                sub = state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
-                                         steps_model.take(differ), n_max[differ], within)
+                sub = (_state_parts(c.take(differ), p.take(differ), t, n[differ], steps_model.take(differ),
+                                    n_max[differ]) if parts else
+                       state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
+                                          steps_model.take(differ), n_max[differ], within))
                 merged = {key: value.copy() for key, value in out[0].items()}
                 for key, value in sub.items():
                     merged[key][differ] = value
@@ -345,33 +364,35 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
         return out
 
     def ok(s, slo):
-        return (s["ttft_p95_s"] <= slo[0]) & (s["tpot_p95_s"] <= slo[1]) & s["stable"]
+        return _meets(s, slo, t.output_strata_inv)
 
     los = [np.zeros(shape) for shape in shapes]
     his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
-    tops = states(his, loosest)
+    tops = states(his)
     top_ok = [ok(s, slo) for s, slo in zip(tops, slos)]
     # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
     # the bisection passes it (the last good mid; the top where it is good) instead of
-    # computed again; only rows that no mid satisfied get their state at n* = 0.
-    kept = [{key: np.zeros(shape) for key in _FINAL_KEYS} for shape in shapes] if shared else None
+    # computed again; only rows that no mid satisfied get their state at n* = 0; the TPOT
+    # p95 of the kept states once at the end.
+    kept = [{key: np.zeros(shape) for key in _KEPT_KEYS} for shape in shapes] if shared else None
     ever = [np.zeros(shape, dtype=bool) for shape in shapes]
     for _ in range(steps):
         mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
-        at_mids = states(mids, loosest)
+        at_mids = states(mids)
         good = [ok(s, slo) for s, slo in zip(at_mids, slos)]
         los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
         his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
         if kept is not None:
             for keep, s, g, e in zip(kept, at_mids, good, ever):
-                for key in _FINAL_KEYS:
+                for key in _KEPT_KEYS:
                     np.copyto(keep[key], s[key], where=g)
                 e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
-    finals = states(n_stars) if kept is None else _finals(
-        kept, tops, top_ok, ever, lambda rows: state_at_occupancy(c.take(rows), p.take(rows), t, np.zeros(rows.size),
-                                                                  steps_model.take(rows), n_max[rows]))
-    trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest)   # which SLO fails at a trickle
+    finals = states(n_stars, parts=False) if kept is None else _finals(
+        kept, tops, top_ok, ever, lambda rows: _state_parts(c.take(rows), p.take(rows), t, np.zeros(rows.size),
+                                                            steps_model.take(rows), n_max[rows]),
+        t.output_strata_inv)
+    trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest, parts=False)   # which SLO fails at a trickle
     out = []
     for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
         rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
@@ -382,45 +403,114 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     return out
 
 
-#: The state entries :func:`capacities_at_slos` reports at n* (kept during its bisection).
-_FINAL_KEYS = ("rate_per_s", "ttft_p95_s", "tpot_p95_s")
+def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
+    """Whether the :func:`_state_parts` state ``s`` meets ``slo = (ttft_p95_s, tpot_p95_s)``:
+    stable, TTFT p95 and TPOT p95 within them, the decisions of :func:`state_at_occupancy`'s
+    p95s, bit for bit. The TPOT p95, tau + the mixture's offset, is decided by the bracket
+    the offset lies in (:func:`planner.serving.tails.mixture_p95_bracket`: within the SLO
+    at its top, above it at its bottom); the mixture only on the rows it leaves open."""
+    if "_tpot_bracket" not in s:    # (the same state serves the pairs at the same occupancy)
+        with np.errstate(invalid="ignore", over="ignore"):
+            low, high, sure = mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * inv)
+                                                   for inv in inverse_lives])
+            s["_tpot_bracket"] = (s["tpot_mean_s"] + low, s["tpot_mean_s"] + high, sure)
+    low, high, sure = s["_tpot_bracket"]
+    ttft_slo, tpot_slo = slo
+    candidate = (s["ttft_p95_s"] <= ttft_slo) & s["stable"]
+    met = candidate & sure & (high <= tpot_slo)
+    open_rows = candidate & ~met & ~(low > tpot_slo)
+    if open_rows.any():
+        with np.errstate(divide="ignore", invalid="ignore"):
+            exact = _tpot_p95(s["tpot_mean_s"], s["tpot_common"], s["tpot_per_inv"], inverse_lives, open_rows)
+        met = met | (open_rows & (exact <= tpot_slo))
+    return met
 
 
-def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero) -> list[dict]:
+#: The state entries :func:`capacities_at_slos` keeps during its bisection (at n*: the
+#: reported rate, TTFT p95 and, from the last three, the TPOT p95).
+_KEPT_KEYS = ("rate_per_s", "ttft_p95_s", "stable", "tpot_mean_s", "tpot_common", "tpot_per_inv")
+
+
+def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero, inverse_lives) -> list[dict]:
     """Per SLO pair, the kept states at n*: the top's where it is good, the last good mid's
     where one was, elsewhere ``at_zero(rows)`` (the state at n = 0 of those rows, computed
-    once for every pair)."""
+    once for every pair); with their TPOT p95 (as :func:`state_at_occupancy`'s)."""
     zero_rows = [~(top | e) for top, e in zip(top_ok, ever)]
     rows = np.flatnonzero(np.logical_or.reduce(zero_rows))
     zero = at_zero(rows) if rows.size else None
     for keep, top, ok_top, need in zip(kept, tops, top_ok, zero_rows):
-        for key in _FINAL_KEYS:
+        for key in _KEPT_KEYS:
             np.copyto(keep[key], top[key], where=ok_top)
             if zero is not None:
                 keep[key][rows] = np.where(need[rows], zero[key], keep[key][rows])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tpot_p95 = _tpot_p95(keep["tpot_mean_s"], keep["tpot_common"], keep["tpot_per_inv"], inverse_lives)
+        keep["tpot_p95_s"] = np.where(keep["stable"], tpot_p95, np.inf)
     return kept
+
+
+#: Most bisection levels :func:`state_at_rate` decides per state call (2^levels - 1
+#: occupancies per row), and most points (rows x occupancies) of one such call.
+RATE_TREE_LEVELS = 5
+RATE_TREE_POINTS = 4096
 
 
 def state_at_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays, rate_per_s,
                   steps: int = 40) -> dict:
-    """The replica's state at a given Poisson rate (bisection on n); inf p95s if overloaded."""
+    """The replica's state at a given Poisson rate (bisection on n); inf p95s if overloaded.
+
+    Speed (the same numbers): a call decides several steps of the bisection at once, at
+    every occupancy the next ``levels`` steps may visit (:func:`_bisect_levels`)."""
     rate = np.asarray(rate_per_s, dtype=float)
     n_max = _n_max(c, p)
     shape = np.broadcast_shapes(n_max.shape, rate.shape)
     lo, hi = np.zeros(shape), np.broadcast_to(n_max, shape).astype(float)
     model = step_model(c, p, t)
     top = state_at_occupancy(c, p, t, hi, model)
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        below = state_at_occupancy(c, p, t, mid, model)["rate_per_s"] < rate
-        lo = np.where(below, mid, lo)
-        hi = np.where(below, hi, mid)
+    size = max(int(np.prod(shape)), 1)
+    levels = max(1, min(RATE_TREE_LEVELS, int(np.log2(RATE_TREE_POINTS / size + 1))))
+
+    def below(ns):
+        return _state_parts(c, p, t, ns, model, n_max)["rate_per_s"] < rate
+
+    done = 0
+    while done < steps:
+        lo, hi = _bisect_levels(lo, hi, min(levels, steps - done), below)
+        done += levels
     state = state_at_occupancy(c, p, t, hi, model)
     overloaded = (top["rate_per_s"] < rate) | ~state["stable"]
     for key in ("tpot_p95_s", "ttft_p95_s", "tpot_mean_s"):
         state[key] = np.where(overloaded, np.inf, state[key])
     state["overloaded"] = overloaded
     return state
+
+
+def _bisect_levels(lo, hi, levels: int, below) -> tuple:
+    """``levels`` steps of the bisection ``mid = (lo + hi) / 2; lo = mid where below(mid),
+    else hi = mid`` with one call of ``below``, on every occupancy they may visit (the
+    complete tree of 2^levels - 1 mids per row, stacked on a new first axis): the same
+    ``lo``, ``hi`` bit for bit, each mid computed from the same two numbers as the step
+    that would visit it, whatever ``below`` is (no monotonicity needed)."""
+    if levels == 1:
+        mid = 0.5 * (lo + hi)
+        go = below(mid)
+        return np.where(go, mid, lo), np.where(go, hi, mid)
+    bounds, mids = [(lo, hi)], []
+    for _ in range(levels):          # heap order: node i's halves are 2i + 1 (low), 2i + 2
+        nxt = []
+        for a, b in bounds:
+            mid = 0.5 * (a + b)
+            mids.append(mid)
+            nxt += [(a, mid), (mid, b)]
+        bounds = nxt
+    points = np.stack(mids)
+    go_all = np.broadcast_to(below(points), points.shape)
+    node = np.zeros((1,) + np.shape(lo), dtype=np.intp)
+    for _ in range(levels):
+        mid, go = np.take_along_axis(points, node, 0)[0], np.take_along_axis(go_all, node, 0)[0]
+        lo, hi = np.where(go, mid, lo), np.where(go, hi, mid)
+        node = 2 * node + 1 + go
+    return lo, hi
 
 
 def saturation_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays,
