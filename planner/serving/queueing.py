@@ -190,9 +190,7 @@ def _state_parts(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n, steps: 
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
     slots = _n_max(c, p) if slots is None else slots
-    p95_eff = np.maximum(t.prompt_p95_tokens * hit, 1.0)
-    full_chunks = np.ceil(np.maximum(p95_eff, 1.0) / chunk) - 1.0
-    service_p95 = chunks.cost(full_chunks, step(n, p95_eff - full_chunks * chunk, t.prompt_p95_tokens))
+    service_p95 = _p95_prompt_service(t, chunk, hit, chunks, lambda tokens: step(n, tokens, t.prompt_p95_tokens))
     rho = rate * service                 # share of time spent in prefill iterations
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # Residual of the iteration in progress at arrival: a prefill iteration (length
@@ -219,6 +217,13 @@ def _state_parts(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n, steps: 
     stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     return {"rate_per_s": rate, "tpot_mean_s": tau, "ttft_p95_s": np.where(stable, ttft_p95, np.inf),
             "stable": stable, "occupancy": n, "tpot_common": common, "tpot_per_inv": per_inv}
+
+
+def _p95_prompt_service(t: TrafficArrays, chunk, hit, chunks: "_ChunkedPrefill", step) -> np.ndarray:
+    """The prefill time of the p95 prompt: its full chunks, then ``step(rest_tokens)``."""
+    p95_eff = np.maximum(t.prompt_p95_tokens * hit, 1.0)
+    full_chunks = np.ceil(np.maximum(p95_eff, 1.0) / chunk) - 1.0
+    return chunks.cost(full_chunks, step(p95_eff - full_chunks * chunk))
 
 
 def _tpot_p95(tau, common, per_inv, inverse_lives, rows=None) -> np.ndarray:
@@ -296,6 +301,55 @@ FULL_STATE_SHARE = 0.9
 THREAD_MIN_ROWS = 4096
 
 
+#: Relative slack of the p95 floors of :func:`_p95_floors` (their rounding errors are
+#: below FLOOR_GUARD x 1e-15).
+FLOOR_SLACK = 1e-9
+#: Largest n_max (full chunks + 1) / (E[O] - 1) of a row with floors (it bounds the
+#: rounding of a prefill's time beyond its decode steps, which can be -1 ulp).
+FLOOR_GUARD = 1e5
+#: Share of the rows at least that no occupancy can serve (:func:`_never_met`) for
+#: :func:`capacities_at_slos` to set them apart (a take of the arrays costs about a state).
+SETTLED_MIN_SHARE = 0.05
+
+
+def _p95_floors(c: ConfigArrays, p: ServingParams, t: TrafficArrays, steps: StepModel, n_max) -> tuple:
+    """Per row, numbers that :func:`state_at_occupancy`'s (TTFT p95, TPOT p95) are at least
+    at every occupancy n in [0, n_max], where that is proven; -inf elsewhere.
+
+    Where the step times never decrease with n (:meth:`StepModel.monotone_rows`), with
+    rounding monotone: the TTFT p95 of a stable state is the request overhead (>= 0) plus
+    at least the p95 prompt's prefill time (the other terms are >= 0) and the TPOT p95 at
+    least tau >= the decode step s_d(n) (tau adds n x the prefill time beyond its decode
+    steps, >= -1 ulp a step, and b burst^2 >= 0); both times are at least their value at
+    n = 0; unstable states have infinite p95s. FLOOR_SLACK covers the rounding."""
+    n0 = np.zeros(np.shape(n_max))
+    chunk, hit = p.prefill_chunk_tokens, 1.0 - t.prefix_hit_fraction
+    at0 = steps.decode_terms(n0)
+
+    def step(tokens=0.0, prompt=None):
+        return steps.time(n0, tokens, prompt, terms=at0)
+
+    s_d = step()
+    chunks = _ChunkedPrefill(step(chunk, t.prompt_p95_tokens), s_d)
+    with np.errstate(invalid="ignore", over="ignore"):
+        service_p95 = _p95_prompt_service(t, chunk, hit, chunks, lambda tokens: step(tokens, t.prompt_p95_tokens))
+        full = np.maximum.reduce([np.ceil(np.maximum(tokens * hit, 1.0) / chunk) - 1.0
+                                  for tokens in t.prompt_strata_tokens])
+        out_m1 = np.maximum(t.output_mean_tokens - 1.0, 1.0)
+        proven = (steps.monotone_rows() & (p.request_overhead_s >= 0.0)
+                  & (n_max * (full + 1.0) / out_m1 <= FLOOR_GUARD) & (n_max >= 0.0))
+        keep = 1.0 - FLOOR_SLACK
+        return (np.where(proven, keep * (service_p95 + p.request_overhead_s), -np.inf),
+                np.where(proven, keep * s_d, -np.inf))
+
+
+def _never_met(c: ConfigArrays, p: ServingParams, t: TrafficArrays, steps: StepModel, n_max, slos) -> list:
+    """Per SLO pair, the rows where no occupancy in [0, n_max] meets it: a p95 floor of
+    :func:`_p95_floors` above its SLO (the bisection's decisions there are all "no")."""
+    ttft_floor, tpot_floor = _p95_floors(c, p, t, steps, n_max)
+    return [(ttft_floor > a) | (tpot_floor > b) for a, b in slos]
+
+
 def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int = CAPACITY_BISECTION_STEPS,
                        model: StepModel | None = None) -> list[dict]:
     """:func:`capacity_at_slo` of each ``(slo_ttft_p95_s, slo_tpot_p95_s)`` pair of ``slos``.
@@ -310,11 +364,39 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     """
     n_max = _n_max(c, p)
     row_local = n_max.ndim == 1 and all(np.ndim(x) == 0 for pair in slos for x in pair) and _scalar_traffic(t)
-    parts = row_ranges(n_max.size, thread_count(), THREAD_MIN_ROWS) if row_local else []
-    if len(parts) < 2:
+    if not row_local:
         return _capacities_at_slos(c, p, t, slos, steps, model, n_max)
+    model = model or step_model(c, p, t)
+    never = _never_met(c, p, t, model, n_max, slos)
+    settled = np.logical_and.reduce(never)
+    if not (steps and settled.sum() >= max(SETTLED_MIN_SHARE * settled.size, 1)):
+        return _in_threads(c, p, t, slos, steps, model, n_max, never)
+    # Rows no occupancy serves for any pair: their top, n = 0 and trickle states only.
+    out = []
+    for rows, part_steps in ((np.flatnonzero(~settled), steps), (np.flatnonzero(settled), 0)):
+        if rows.size:
+            out.append((rows, _in_threads(c.take(rows), p.take(rows), t, slos, part_steps, model.take(rows),
+                                          n_max[rows], [m[rows] for m in never])))
+    return [{key: _scattered([(rows, r[j][key]) for rows, r in out], n_max.size) for key in out[0][1][j]}
+            for j in range(len(slos))]
+
+
+def _scattered(parts: list, size: int) -> np.ndarray:
+    """One array of ``size`` rows from ``(rows, values)`` parts that cover them."""
+    out = np.empty(size, dtype=np.result_type(*[values.dtype for _, values in parts]))
+    for rows, values in parts:
+        out[rows] = values
+    return out
+
+
+def _in_threads(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int, model: StepModel,
+                n_max: np.ndarray, never: list) -> list[dict]:
+    """:func:`_capacities_at_slos` of rows that are their own, in contiguous ranges by threads."""
+    parts = row_ranges(n_max.size, thread_count(), THREAD_MIN_ROWS)
+    if len(parts) < 2:
+        return _capacities_at_slos(c, p, t, slos, steps, model, n_max, never)
     results = map_in_threads(lambda rows: _capacities_at_slos(
-        c.take(rows), p.take(rows), t, slos, steps, None if model is None else model.take(rows), n_max[rows]),
+        c.take(rows), p.take(rows), t, slos, steps, model.take(rows), n_max[rows], [m[rows] for m in never]),
         parts, len(parts))
     return [{key: np.concatenate([r[j][key] for r in results]) for key in results[0][j]}
             for j in range(len(slos))]
@@ -326,8 +408,10 @@ def _scalar_traffic(t: TrafficArrays) -> bool:
 
 
 def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int,
-                        model: StepModel | None, n_max: np.ndarray) -> list[dict]:
-    """:func:`capacities_at_slos` in this thread (``n_max``: ``_n_max(c, p)``)."""
+                        model: StepModel | None, n_max: np.ndarray, never: list | None = None) -> list[dict]:
+    """:func:`capacities_at_slos` in this thread (``n_max``: ``_n_max(c, p)``; ``never``: per
+    pair, rows where no occupancy meets it (:func:`_never_met`): the pairs after the first
+    take no state there, their decisions all "no")."""
     steps_model = model or step_model(c, p, t)
     shapes = [np.broadcast_shapes(n_max.shape, np.shape(a), np.shape(b), np.shape(t.prompt_mean_tokens))
               for a, b in slos]
@@ -346,8 +430,8 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
         if not shared:
             return [state(n, within, parts) for n in ns]
         out = [state(ns[0], within, parts)]
-        for n in ns[1:]:
-            differ = np.flatnonzero(~(n == ns[0]))
+        for j, n in enumerate(ns[1:], 1):
+            differ = np.flatnonzero(~(n == ns[0]) if never is None else ~(n == ns[0]) & ~never[j])
             if not differ.size:
                 out.append(out[0])
             elif differ.size >= FULL_STATE_SHARE * n.size:   # the take and merge would cost more
@@ -363,13 +447,14 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
                 out.append(merged)
         return out
 
-    def ok(s, slo):
-        return _meets(s, slo, t.output_strata_inv)
+    def ok(s, slo, j):
+        met = _meets(s, slo, t.output_strata_inv)
+        return met if never is None else met & ~never[j]
 
     los = [np.zeros(shape) for shape in shapes]
     his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
     tops = states(his)
-    top_ok = [ok(s, slo) for s, slo in zip(tops, slos)]
+    top_ok = [ok(s, slo, j) for j, (s, slo) in enumerate(zip(tops, slos))]
     # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
     # the bisection passes it (the last good mid; the top where it is good) instead of
     # computed again; only rows that no mid satisfied get their state at n* = 0; the TPOT
@@ -379,7 +464,7 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     for _ in range(steps):
         mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
         at_mids = states(mids)
-        good = [ok(s, slo) for s, slo in zip(at_mids, slos)]
+        good = [ok(s, slo, j) for j, (s, slo) in enumerate(zip(at_mids, slos))]
         los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
         his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
         if kept is not None:

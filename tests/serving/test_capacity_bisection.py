@@ -78,6 +78,30 @@ def test_capacity_bisection_equals_a_plain_full_bisection(catalog, monkeypatch):
     assert (occupancy[2] < occupancy[0]).any() and (occupancy[0] < occupancy[3]).any()
 
 
+def test_p95_floors_hold_at_every_occupancy_and_settle_rows(catalog):
+    """_p95_floors are at most the p95s of state_at_occupancy on a grid of occupancies in
+    [0, n_max] (dense rows proven, MoE rows -inf); the rows they settle are a real share of
+    the tight pairs' rows, and the bisection of only the others gives the same arrays."""
+    c, p = _random_rows(catalog)
+    n_max = queueing._n_max(c, p)
+    model = queueing.step_model(c, p, TRAFFIC)
+    ttft_floor, tpot_floor = queueing._p95_floors(c, p, TRAFFIC, model, n_max)
+    dense = c.num_experts == 0
+    assert np.isfinite(ttft_floor[dense]).all() and np.isneginf(ttft_floor[~dense]).all() and (~dense).any()
+    closest = np.inf
+    for share in np.linspace(0.0, 1.0, 33):
+        s = state_at_occupancy(c, p, TRAFFIC, n_max * share)
+        # (NaN p95s, at n = 0 without spreads, meet no SLO either)
+        assert not (s["ttft_p95_s"] < ttft_floor).any() and not (s["tpot_p95_s"] < tpot_floor).any()
+        closest = min(closest, np.nanmin(s["tpot_p95_s"][dense] / tpot_floor[dense]),
+                      np.nanmin(s["ttft_p95_s"][dense] / ttft_floor[dense]))
+    assert closest < 1.05                           # the floors are close below somewhere
+    never = queueing._never_met(c, p, TRAFFIC, model, n_max, PAIRS)
+    settled = np.logical_and.reduce(never[:3])
+    assert queueing.SETTLED_MIN_SHARE * settled.size <= settled.sum() < settled.size
+    assert (never[1] & ~never[0]).any()          # the second pair skips rows of its own
+
+
 def test_tpot_decisions_by_the_mixture_bracket_equal_the_p95s_decisions(catalog):
     """_meets on a state without its TPOT p95 decides as state_at_occupancy's p95s, at SLOs
     placed inside the bracket (the mixture computed on those rows), at its ends and outside."""
