@@ -85,7 +85,7 @@ def test_p95_floors_hold_at_every_occupancy_and_settle_rows(catalog):
     c, p = _random_rows(catalog)
     n_max = queueing._n_max(c, p)
     model = queueing.step_model(c, p, TRAFFIC)
-    ttft_floor, tpot_floor = queueing._p95_floors(c, p, TRAFFIC, model, n_max)
+    ttft_floor, tpot_floor = queueing.p95_floors(c, p, TRAFFIC, model, n_max)
     dense = c.num_experts == 0
     assert np.isfinite(ttft_floor[dense]).all() and np.isneginf(ttft_floor[~dense]).all() and (~dense).any()
     closest = np.inf
