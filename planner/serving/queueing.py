@@ -15,7 +15,7 @@ from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.replica_state import (MAX_BRANCHING_RATIO, QUEUE_CORRELATION, TrafficArrays,  # noqa: F401
                                            _n_max, _state_parts, _tpot_p95, p95_floors,         # (re-exported)
-                                           state_at_occupancy, step_model)
+                                           param_rows, state_at_occupancy, step_model)
 from planner.serving.roofline import StepModel
 from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401
                                    exponential_tail_quantile, mixture_p95_bracket,     # (re-exported)
@@ -131,10 +131,16 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     scalar_slos = all(np.ndim(x) == 0 for pair in slos for x in pair)
     loosest = (max(a for a, _ in slos), max(b for _, b in slos)) if shared and scalar_slos else None
 
+    chunk, overhead = p.prefill_chunk_tokens, p.request_overhead_s
+
     def state(n, within=None, parts=True):
         if parts:   # a bisection's state: its decisions need no TPOT p95 (see _meets)
-            return _state_parts(c, p, t, n, steps_model, n_max)
+            return _state_parts(steps_model, t, n, n_max, chunk, overhead)
         return state_at_occupancy(c, p, t, n, steps_model, n_max, within)
+
+    def rows_state(rows, n):      # the parts of the state of rows ``rows`` only
+        return _state_parts(steps_model.take(rows), t, n, n_max[rows], param_rows(chunk, rows),
+                            param_rows(overhead, rows))
 
     def states(ns, within=None, parts=True):
         if not shared:
@@ -147,8 +153,7 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
             elif differ.size >= FULL_STATE_SHARE * n.size:   # the take and merge would cost more
                 out.append(state(n, within, parts))
             else:
-                sub = (_state_parts(c.take(differ), p.take(differ), t, n[differ], steps_model.take(differ),
-                                    n_max[differ]) if parts else
+                sub = (rows_state(differ, n[differ]) if parts else
                        state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
                                           steps_model.take(differ), n_max[differ], within))
                 merged = {key: value.copy() for key, value in out[0].items()}
@@ -184,9 +189,7 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
                 e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
     finals = states(n_stars, parts=False) if kept is None else _finals(
-        kept, tops, top_ok, ever, lambda rows: _state_parts(c.take(rows), p.take(rows), t, np.zeros(rows.size),
-                                                            steps_model.take(rows), n_max[rows]),
-        t.output_strata_inv)
+        kept, tops, top_ok, ever, lambda rows: rows_state(rows, np.zeros(rows.size)), t.output_strata_inv, n_stars)
     trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest, parts=False)   # which SLO fails at a trickle
     out = []
     for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
@@ -226,21 +229,25 @@ def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
 _KEPT_KEYS = ("rate_per_s", "ttft_p95_s", "stable", "tpot_mean_s", "tpot_common", "tpot_per_inv")
 
 
-def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero, inverse_lives) -> list[dict]:
+def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero, inverse_lives, n_stars: list) -> list[dict]:
     """Per SLO pair, the kept states at n*: the top's where it is good, the last good mid's
     where one was, elsewhere ``at_zero(rows)`` (the state at n = 0 of those rows, computed
-    once for every pair); with their TPOT p95 (as :func:`state_at_occupancy`'s)."""
+    once for every pair); with their TPOT p95 (as :func:`state_at_occupancy`'s), the first
+    pair's where a pair's n* is the first's (the same state)."""
     zero_rows = [~(top | e) for top, e in zip(top_ok, ever)]
     rows = np.flatnonzero(np.logical_or.reduce(zero_rows))
     zero = at_zero(rows) if rows.size else None
-    for keep, top, ok_top, need in zip(kept, tops, top_ok, zero_rows):
+    for j, (keep, top, ok_top, need) in enumerate(zip(kept, tops, top_ok, zero_rows)):
         for key in _KEPT_KEYS:
             np.copyto(keep[key], top[key], where=ok_top)
             if zero is not None:
                 keep[key][rows] = np.where(need[rows], zero[key], keep[key][rows])
+        own = None if j == 0 else ~(n_stars[j] == n_stars[0])
         with np.errstate(divide="ignore", invalid="ignore"):
-            tpot_p95 = _tpot_p95(keep["tpot_mean_s"], keep["tpot_common"], keep["tpot_per_inv"], inverse_lives)
+            tpot_p95 = _tpot_p95(keep["tpot_mean_s"], keep["tpot_common"], keep["tpot_per_inv"], inverse_lives, own)
         keep["tpot_p95_s"] = np.where(keep["stable"], tpot_p95, np.inf)
+        if own is not None:
+            np.copyto(keep["tpot_p95_s"], kept[0]["tpot_p95_s"], where=~own)
     return kept
 
 
@@ -266,7 +273,7 @@ def state_at_rate(c: ConfigArrays, p: ServingParams, t: TrafficArrays, rate_per_
     levels = max(1, min(RATE_TREE_LEVELS, int(np.log2(RATE_TREE_POINTS / size + 1))))
 
     def below(ns):
-        return _state_parts(c, p, t, ns, model, n_max)["rate_per_s"] < rate
+        return _state_parts(model, t, ns, n_max, p.prefill_chunk_tokens, p.request_overhead_s)["rate_per_s"] < rate
 
     done = 0
     while done < steps:

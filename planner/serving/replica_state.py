@@ -120,7 +120,9 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
     as loose is met either way (a bisection's decisions).
     Returns arrays: rate_per_s, tpot_mean_s, tpot_p95_s, ttft_p95_s, stable (bool).
     """
-    state = _state_parts(c, p, t, n, steps, slots)
+    steps = steps or step_model(c, p, t)
+    slots = _n_max(c, p) if slots is None else slots
+    state = _state_parts(steps, t, n, slots, p.prefill_chunk_tokens, p.request_overhead_s)
     tau, common, per_inv = state["tpot_mean_s"], state.pop("tpot_common"), state.pop("tpot_per_inv")
     stable, ttft_p95 = state["stable"], state["ttft_p95_s"]
     # (not "> bound" rather than "<= bound": NaN rows get their p95 computed, as without ``within``)
@@ -131,17 +133,16 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
             "ttft_p95_s": ttft_p95, "stable": stable, "occupancy": state["occupancy"]}
 
 
-def _state_parts(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n, steps: StepModel | None = None,
-                 slots=None) -> dict:
+def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_overhead_s) -> dict:
     """:func:`state_at_occupancy` without its TPOT p95: the same arrays but ``tpot_p95_s``,
     with the parts of that p95's spreads, ``tpot_common`` and ``tpot_per_inv`` (see
-    :func:`_tpot_p95`)."""
+    :func:`_tpot_p95`). Its inputs are all it reads of the configurations and parameters:
+    their step model, slots ``_n_max(c, p)`` and ``p.prefill_chunk_tokens``,
+    ``p.request_overhead_s`` (:func:`param_rows` takes rows of them)."""
     n = np.asarray(n, dtype=float)
     out_m1 = np.maximum(t.output_mean_tokens - 1.0, 1.0)
     hit = 1.0 - t.prefix_hit_fraction
-    chunk = p.prefill_chunk_tokens
 
-    steps = steps or step_model(c, p, t)
     at_n = steps.decode_terms(n)          # shared by every step with n decoders
 
     def step(batch, tokens=0.0, prompt=None):
@@ -185,7 +186,6 @@ def _state_parts(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n, steps: 
         per_inv = arrivals * extra2
 
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
-    slots = _n_max(c, p) if slots is None else slots
     service_p95 = _p95_prompt_service(t, chunk, hit, chunks, lambda tokens: step(n, tokens, t.prompt_p95_tokens))
     rho = rate * service                 # share of time spent in prefill iterations
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -209,10 +209,17 @@ def _state_parts(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n, steps: 
         queued_dev = np.sqrt(r_dev ** 2 + w_dev ** 2 + 2.0 * QUEUE_CORRELATION * r_dev * w_dev)
         ttft_p95 = r_mean + w_mean + service + np.sqrt(queued_dev ** 2
                                                        + np.maximum(service_p95 - service, 0.0) ** 2)
-        ttft_p95 = ttft_p95 + p.request_overhead_s  # server, tokenizer, streaming (calibrated)
+        ttft_p95 = ttft_p95 + request_overhead_s  # server, tokenizer, streaming (calibrated)
     stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     return {"rate_per_s": rate, "tpot_mean_s": tau, "ttft_p95_s": np.where(stable, ttft_p95, np.inf),
             "stable": stable, "occupancy": n, "tpot_common": common, "tpot_per_inv": per_inv}
+
+
+def param_rows(value, rows):
+    """A parameter's values at configuration rows ``rows``, as :meth:`ServingParams.take`
+    takes them: a 1-D array of more than one element indexed, anything else kept."""
+    arr = np.asarray(value)
+    return arr[rows] if arr.ndim == 1 and arr.size > 1 else value
 
 
 def _p95_prompt_service(t: TrafficArrays, chunk, hit, chunks: "_ChunkedPrefill", step) -> np.ndarray:

@@ -110,7 +110,8 @@ def test_tpot_decisions_by_the_mixture_bracket_equal_the_p95s_decisions(catalog)
     rng = np.random.default_rng(0)
     occupancy = n_max * rng.uniform(0.0, 1.0, n_max.size)
     full = state_at_occupancy(c, p, TRAFFIC, occupancy)
-    parts = queueing._state_parts(c, p, TRAFFIC, occupancy)
+    parts = queueing._state_parts(queueing.step_model(c, p, TRAFFIC), TRAFFIC, occupancy, n_max,
+                                  p.prefill_chunk_tokens, p.request_overhead_s)
     spreads = [np.sqrt(parts["tpot_common"] + parts["tpot_per_inv"] * inv) for inv in TRAFFIC.output_strata_inv]
     low, high, sure = tails.mixture_p95_bracket(spreads)
     with np.errstate(invalid="ignore"):
