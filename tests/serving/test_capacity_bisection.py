@@ -1,6 +1,7 @@
 """The capacity bisection's and state_at_rate's shortcuts (planner/serving/queueing.py,
-planner/serving/tails.py) against plain bisections written out here: the same arrays, bit
-for bit, on seeded random rows (dense and MoE, several GPUs, TP, PP, batches, efficiencies)."""
+replica_state.py, tails.py, roofline.StepModel.monotone_rows) against plain bisections
+written out here: the same arrays, bit for bit, on seeded random rows (dense and MoE,
+several GPUs, TP, PP, batches, efficiencies); the bounds they rest on."""
 
 import numpy as np
 import pandas as pd
@@ -76,6 +77,23 @@ def test_capacity_bisection_equals_a_plain_full_bisection(catalog, monkeypatch):
     occupancy = [refs[pair]["occupancy"] for pair in PAIRS]
     assert all((o > 0).any() for o in occupancy) and (occupancy[2] == 0).any()
     assert (occupancy[2] < occupancy[0]).any() and (occupancy[0] < occupancy[3]).any()
+
+
+def test_monotone_rows_have_step_times_that_never_decrease(catalog):
+    """StepModel.monotone_rows: dense rows (no expert term) whose times, in floating point,
+    never decrease along a fine grid of decode batches nor with the prefill tokens."""
+    c, p = _random_rows(catalog)
+    model = queueing.step_model(c, p, TRAFFIC)
+    rows = model.monotone_rows()
+    assert rows.tolist() == (c.num_experts == 0).tolist()
+    grid = np.concatenate([[0.0], np.sort(np.random.default_rng(6).uniform(0.0, 1100.0, 400))])
+    previous = None
+    for tokens in (0.0, 1.0, 300.0, 2048.0):
+        times = np.stack([model.time(np.full(rows.size, n), tokens, 1500.0) for n in grid])
+        assert (np.diff(times[:, rows], axis=0) >= 0.0).all(), tokens
+        if previous is not None:
+            assert (times[:, rows] >= previous[:, rows]).all(), tokens
+        previous = times
 
 
 def test_p95_floors_hold_at_every_occupancy_and_settle_rows(catalog):
