@@ -171,23 +171,22 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     tops = states(his)
     top_ok = [ok(s, slo, j) for j, (s, slo) in enumerate(zip(tops, slos))]
     # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
-    # the bisection passes it (the last good mid, picked at the end from the states of the
-    # steps; the top where it is good) instead of computed again; only rows that no mid
-    # satisfied get their state at n* = 0; the TPOT p95 of the kept states once at the end.
-    passed = [[] for _ in shapes]                                   # per pair, its steps' states
-    last = [np.full(shape, -1, dtype=np.intp) for shape in shapes]  # each row's last good step
-    for k in range(steps):
+    # the bisection passes it (the last good mid; the top where it is good) instead of
+    # computed again; only rows that no mid satisfied get their state at n* = 0; the TPOT
+    # p95 of the kept states once at the end.
+    kept = [{key: np.zeros(shape) for key in _KEPT_KEYS} for shape in shapes] if shared else None
+    ever = [np.zeros(shape, dtype=bool) for shape in shapes]
+    for _ in range(steps):
         mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
         at_mids = states(mids)
         good = [ok(s, slo, j) for j, (s, slo) in enumerate(zip(at_mids, slos))]
         los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
         his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
-        if shared:
-            for states_passed, s, g, at in zip(passed, at_mids, good, last):
-                states_passed.append(s)
-                at[g] = k
-    ever = [at >= 0 for at in last]
-    kept = [_last_good(states_passed, at) for states_passed, at in zip(passed, last)] if shared else None
+        if kept is not None:
+            for keep, s, g, e in zip(kept, at_mids, good, ever):
+                for key in _KEPT_KEYS:
+                    np.copyto(keep[key], s[key], where=g)
+                e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
     finals = states(n_stars, parts=False) if kept is None else _finals(
         kept, tops, top_ok, ever, lambda rows: rows_state(rows, np.zeros(rows.size)), t.output_strata_inv, n_stars)
@@ -228,15 +227,6 @@ def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
 #: The state entries :func:`capacities_at_slos` keeps during its bisection (at n*: the
 #: reported rate, TTFT p95 and, from the last three, the TPOT p95).
 _KEPT_KEYS = ("rate_per_s", "ttft_p95_s", "stable", "tpot_mean_s", "tpot_common", "tpot_per_inv")
-
-
-def _last_good(states_passed: list, last: np.ndarray) -> dict:
-    """The :data:`_KEPT_KEYS` entries of ``states_passed[last]`` per row (rows with ``last``
-    = -1, no good step, get the first step's: :func:`_finals` replaces them)."""
-    if not states_passed:
-        return {key: np.zeros(last.shape) for key in _KEPT_KEYS}
-    at = np.maximum(last, 0)
-    return {key: np.choose(at, [s[key] for s in states_passed]) for key in _KEPT_KEYS}
 
 
 def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero, inverse_lives, n_stars: list) -> list[dict]:
