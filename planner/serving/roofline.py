@@ -257,6 +257,22 @@ class StepModel:
         out._prefill_memo = {}
         return out
 
+    def monotone_rows(self) -> np.ndarray:
+        """Rows whose :meth:`time` provably never decreases as the decode batch n grows, for
+        any fixed prefill tokens >= 0 and prompt, nor as the prefill tokens grow (at n >= 0),
+        in floating point too: every term is a sum or product of non-negative terms and of
+        n, and rounding is monotone. That needs a weight read that does not depend on the
+        step (no routed experts, no expert-parallel layout) and non-negative coefficients
+        (NaN ones fail the test)."""
+        if self.layout is not None:
+            return np.zeros(np.shape(self.pp), dtype=bool)
+        ok = (self.expert_bytes == 0.0) & (self.pp > 0.0)
+        for v in (self.kv_bytes_per_decoder, self.mem_s_per_byte, self.decode_flops, self.prefill_flops_base,
+                  self.prefill_flops_per_prompt_token, self.comp_s_per_flop, self.comm_per_row, self.hop_per_row,
+                  self.fixed):
+            ok = ok & (v >= 0.0)
+        return ok
+
     def decode_terms(self, decode_batch) -> tuple:
         """The parts of :meth:`time` that depend on the decode batch only: pass them as
         ``terms`` to several :meth:`time` calls with the same batch (same numbers). A dense

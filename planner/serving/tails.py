@@ -22,10 +22,13 @@ def erlang_c_halfin_whitt(servers, offered_load, variance_factor=1.0) -> np.ndar
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = (c - a) / np.sqrt(np.maximum(a * variance_factor, 1e-300))
         # Phi(beta)/phi(beta) via the scaled complementary error function is overkill here;
-        # beta is clipped where the probability is negligible anyway.
-        b = np.clip(beta, -8.0, 8.0)
+        # beta is clipped where the probability is negligible anyway. Speed (the same
+        # numbers): beta has the sign of c - a, and p is kept only where 0 < a < c, where
+        # beta >= 0 (p = 1 at beta = 0, whatever Phi): clipped at 0 rather than -8, the erf
+        # takes no sign and absolute-value passes (:func:`_erf_positive`).
+        b = np.clip(beta, 0.0, 8.0)
         phi = np.exp(-0.5 * b * b) / np.sqrt(2.0 * np.pi)
-        Phi = 0.5 * (1.0 + _erf(b / np.sqrt(2.0)))
+        Phi = 0.5 * (1.0 + _erf_positive(b / np.sqrt(2.0)))
         p = 1.0 / (1.0 + b * Phi / phi)
     p = np.where(beta > 8.0, 0.0, p)
     return np.where(a >= c, 1.0, np.where(a <= 0, 0.0, np.clip(p, 0.0, 1.0)))
@@ -40,7 +43,7 @@ def _erf(x):
 
 def _erf_positive(x):
     """:func:`_erf` of ``x > 0``, where sign(x) = 1 and |x| = x: the same numbers
-    without those two passes and the product by the sign."""
+    without those two passes and the product by the sign (finite at x = 0)."""
     t = 1.0 / (1.0 + 0.3275911 * x)
     y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t
                + 0.254829592) * t * np.exp(-x * x)
@@ -71,6 +74,28 @@ def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
         pdf = (np.exp(-0.5 * u * u) / (np.sqrt(2.0 * np.pi) * s)).mean(axis=0)
         x = np.clip(x - (cdf - P95) / np.maximum(pdf, 1e-300), low, high)
     return x
+
+
+#: Spreads within [MIXTURE_SAFE_SD_MIN, MIXTURE_SAFE_SD_MAX] keep every intermediate of
+#: :func:`mixture_p95_offset` finite and nonzero (s^4 neither underflows nor overflows), so
+#: its result is a number inside its clip bracket (:func:`mixture_p95_bracket`).
+MIXTURE_SAFE_SD_MIN = 1e-70
+MIXTURE_SAFE_SD_MAX = 1e70
+
+
+def mixture_p95_bracket(sds) -> tuple:
+    """``(low, high, sure)``: the bracket [Z95 min(sd), Z95 max(sd)] that
+    :func:`mixture_p95_offset` clips its result to, the same numbers, without the Newton
+    step; ``sure`` where the result is certain to be a number in it (every spread within
+    [MIXTURE_SAFE_SD_MIN, MIXTURE_SAFE_SD_MAX]; NaN spreads are not). With rounding
+    monotone, ``tau + low <= tau + offset <= tau + high`` then holds in floating point too:
+    a comparison of ``tau + offset`` with a bound that both ends decide needs no offset."""
+    floor = [np.maximum(np.asarray(v, dtype=float), 1e-300) for v in sds]   # as mixture_p95_offset
+    smallest, largest = floor[0], floor[0]
+    for v in floor[1:]:
+        smallest, largest = np.minimum(smallest, v), np.maximum(largest, v)
+    sure = (smallest >= MIXTURE_SAFE_SD_MIN) & (largest <= MIXTURE_SAFE_SD_MAX)
+    return Z95 * smallest, Z95 * largest, sure
 
 
 def exponential_tail_quantile(p_wait, mean_wait_given_wait, q) -> np.ndarray:
