@@ -384,15 +384,16 @@ class CandidateTable:
             frame = pd.DataFrame(list(itertools.product(*seqs)), columns=names)
             return cls(frame), {n: Coded.of(frame[n]) for n in names}
         # Column by column (speed): each dimension's distinct values typed as the rows'
-        # DataFrame would type them, then repeated in the product's order.
+        # DataFrame would type them, then repeated in the product's order (the values'
+        # array taken: no Series index to copy, one frame construction).
         columns, coded, inner = {}, {}, size
         for name, seq in zip(names, seqs):
             inner //= len(seq)
             index = np.tile(np.repeat(np.arange(len(seq)), inner), size // (inner * len(seq)))
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
-            columns[name] = distinct.take(index).reset_index(drop=True)
+            columns[name] = distinct.array.take(index)
             coded[name] = Coded(distinct, index)
-        return cls(pd.DataFrame(columns)), coded
+        return cls(pd.DataFrame(columns, copy=False)), coded
 
     def __len__(self) -> int:
         return len(self.frame)

@@ -146,9 +146,10 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     hashes = np.concatenate(hashes)
     out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
     # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string
-    # sort; two equal ids are two equal neighbours there)
+    # sort; two equal ids are two equal neighbours there). The ids are distinct (else the
+    # error below), so any sort gives the one order: the unstable one is the fastest.
     top = hashes >> np.uint64(16)
-    order = np.argsort(top, kind="stable")
+    order = np.argsort(top)
     if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
     # each model's frame starts with its evaluated rows, in the order of its parameters
@@ -165,10 +166,11 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame, coded)
     structural_bad = np.logical_or.reduce(list(reasons.values()))
-    ok = frame[~structural_bad].reset_index(drop=True)
-    frame = pd.concat([ok, frame[structural_bad]], ignore_index=True)
-    reasons = {k: np.concatenate([v[~structural_bad], v[structural_bad]]) for k, v in reasons.items()}
+    # the structurally possible rows first, then the others (each in grid order): one take
     order = np.concatenate([np.flatnonzero(~structural_bad), np.flatnonzero(structural_bad)])
+    frame = frame.take(order).reset_index(drop=True)
+    ok = frame.iloc[:len(order) - int(structural_bad.sum())]
+    reasons = {k: v[order] for k, v in reasons.items()}
     coded = {name: column.take(order) for name, column in coded.items()}   # the frame's rows
     ok_coded = {name: column.take(slice(0, len(ok))) for name, column in coded.items()}
 
