@@ -135,12 +135,12 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
 def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
     """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
     configuration it evaluated), to carry to the later stages."""
-    frames, parts, sizes, hashes = [], [], [], []
+    frames, parts, positions, hashes = [], [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
         frame, params, evaluated, coded = _evaluate_model(problem, model_id)
         frames.append(frame)
         parts.append(params)
-        sizes.append(evaluated)
+        positions.append(evaluated)
         hashes.append(dimensions.candidate_hashes(frame, coded))    # row by row: per frame
     out = pd.concat(frames)
     hashes = np.concatenate(hashes)
@@ -152,27 +152,27 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     order = np.argsort(top)
     if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
-    # each model's frame starts with its evaluated rows, in the order of its parameters
+    # each model's evaluated rows (positions in its frame), in the order of its parameters
     starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
-    rows = np.concatenate([start + np.arange(n) for start, n in zip(starts, sizes)]).astype(int)
+    rows = np.concatenate([start + at for start, at in zip(starts, positions)]).astype(int)
+    sizes = [len(at) for at in positions]
     return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int, dict]:
-    """One model's grid, evaluated: the frame (its first ``n`` rows are the configurations
-    evaluated), their serving parameters, ``n`` and the frame's dimension columns'
-    :class:`planner.dimensions.Coded` forms."""
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, np.ndarray, dict]:
+    """One model's grid, evaluated: the frame (the grid's rows, in grid order), the serving
+    parameters of the configurations evaluated, their positions in the frame (ascending: the
+    parameters' order) and the frame's dimension columns' :class:`planner.dimensions.Coded`
+    forms."""
     frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame, coded)
     structural_bad = np.logical_or.reduce(list(reasons.values()))
-    # the structurally possible rows first, then the others (each in grid order): one take
-    order = np.concatenate([np.flatnonzero(~structural_bad), np.flatnonzero(structural_bad)])
-    frame = frame.take(order).reset_index(drop=True)
-    ok = frame.iloc[:len(order) - int(structural_bad.sum())]
-    reasons = {k: v[order] for k, v in reasons.items()}
-    coded = {name: column.take(order) for name, column in coded.items()}   # the frame's rows
-    ok_coded = {name: column.take(slice(0, len(ok))) for name, column in coded.items()}
+    # the structurally possible rows are evaluated; the frame stays in grid order (the
+    # candidate table is sorted by id at the end: one reordering of the rows)
+    evaluated = np.flatnonzero(~structural_bad)
+    ok = frame.take(evaluated).reset_index(drop=True)
+    ok_coded = {name: column.take(evaluated) for name, column in coded.items()}
 
     first = workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
@@ -181,11 +181,13 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     params = serving_params(problem, ok, ok_coded)
     metrics = evaluate(arrays, params)
     n_ok = len(ok)
-    pad = len(frame) - n_ok
 
     def padded(values, fill=np.nan):
+        """``values`` of the evaluated rows at their rows of the frame, ``fill`` elsewhere."""
         values = np.asarray(values)
-        return np.concatenate([values, np.full(pad, fill, dtype=values.dtype)])
+        out = np.full(len(frame), fill, dtype=values.dtype)
+        out[evaluated] = values
+        return out
 
     for name, derived in dimensions.DERIVED.items():
         frame[name] = derived(frame)
@@ -263,7 +265,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
         if name.startswith(("capacity_per_s[", "central_capacity_per_s[")):
             values[~feasible] = 0.0
     frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
-    return frame, params, n_ok, coded
+    return frame, params, evaluated, coded
 
 
 def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:
