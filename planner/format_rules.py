@@ -33,11 +33,16 @@ def format_rejections(problem, frame: pd.DataFrame, coded: dict | None = None) -
     table = quality.quality_table(problem.catalog)
     opts = problem.spec.quality
     none = len(REASONS)
+    published: dict = {}     # the quality reason per (model, format, KV dtype): the GPU plays no part
 
     def code_of(model, gpu, fmt, kv) -> int:
         """The combination's reason as its position in REASONS (len(REASONS): accepted)."""
         why = engines.reason(engine, gpu, fmt, kv) if engines is not None else None
-        why = why or table.reason(model, fmt, kv, opts.min_recovery, opts.allow_unverified_formats)
+        if not why:
+            key = (model, fmt, kv)
+            if key not in published:
+                published[key] = table.reason(model, fmt, kv, opts.min_recovery, opts.allow_unverified_formats)
+            why = published[key]
         return REASONS.index(why) if why in REASONS else none
 
     parts = [coded[k].factorize() for k in FORMAT_KEY] if coded is not None and all(k in coded for k in FORMAT_KEY) \
