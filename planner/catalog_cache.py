@@ -8,8 +8,8 @@ model of a problem file or a catalog table: :func:`planner.yamlio.parse_file_cac
 ``<name>-<digest of the source path>.pickle``,
 holds a key (a line of hex digits) and the pickled object. The key is a SHA-256 of
 :data:`CACHE_FORMAT`, the Python and pydantic versions, the size and modification time of
-every source file of the ``planner`` package (as Python's own bytecode cache checks its
-sources: any edit, upgrade or reinstall of the planner rebuilds) and the names and bytes of
+every source file of the ``planner`` package, read once per process (as Python's own bytecode
+cache checks its sources: any edit, upgrade or reinstall of the planner rebuilds) and the names and bytes of
 the catalog files; a file whose key differs is rebuilt and replaced, so an edited catalog or
 planner never gets a stale catalog, and the cache never changes a result.
 
@@ -27,6 +27,7 @@ import os
 import pickle
 import sys
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
@@ -92,8 +93,13 @@ def _pydantic_version() -> str:
     return VERSION
 
 
-def _code_signature() -> list[str]:
-    """``path size mtime_ns`` of every ``.py`` file of the package, sorted (a stat each)."""
+@lru_cache(maxsize=1)
+def _code_signature() -> tuple[str, ...]:
+    """``path size mtime_ns`` of every ``.py`` file of the package, sorted (a stat each).
+
+    Taken once per process (speed: a run keys its catalog, calibration and problem file),
+    so it describes the code the process imported; an edit while it runs counts from the
+    next process on, as for Python's own bytecode cache."""
     rows, pending = [], [_PACKAGE_DIR]
     while pending:
         with os.scandir(pending.pop()) as entries:
@@ -103,7 +109,7 @@ def _code_signature() -> list[str]:
                 elif entry.name.endswith(".py"):
                     stat = entry.stat()
                     rows.append(f"{entry.path} {stat.st_size} {stat.st_mtime_ns}")
-    return sorted(rows)
+    return tuple(sorted(rows))
 
 
 def _read(path: Path, key: str):

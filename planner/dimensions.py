@@ -335,19 +335,23 @@ class Coded:
         return codes[self.index], texts, None if defaults is None else defaults[self.index]
 
 
-#: The hex digits, as UCS-4 code points (ids are built as code-point arrays).
-_HEX_CODEPOINTS = np.frombuffer("0123456789abcdef".encode("utf-32-le"), dtype=np.uint32)
+#: Each byte's two hex digits as one 8-byte little-endian word: two UCS-4 code points, the
+#: high digit first in memory (ids are built as code-point arrays, two digits per step; no
+#: text codec: its module import costs a run's start some ms).
+_HEX_DIGITS = np.array([ord(c) for c in "0123456789abcdef"], dtype=np.uint64)
+_HEX_PAIRS = (_HEX_DIGITS[np.arange(256) >> 4] | (_HEX_DIGITS[np.arange(256) & 15] << np.uint64(32))).astype("<u8")
 
 
 def id_strings(hashes: np.ndarray) -> np.ndarray:
     """"c" and the top ``ID_HEX_DIGITS`` hex digits of each 64-bit hash (a str array; the
     same text as ``"c" + "%016x" % h`` cut to 13 characters)."""
-    h = np.asarray(hashes, dtype=np.uint64)
-    points = np.empty((len(h), ID_HEX_DIGITS + 1), dtype=np.uint32)
-    points[:, 0] = ord("c")
-    for i in range(ID_HEX_DIGITS):
-        points[:, i + 1] = _HEX_CODEPOINTS[(h >> np.uint64(60 - 4 * i)) & np.uint64(15)]
-    return points.view(f"<U{ID_HEX_DIGITS + 1}").reshape(len(h))
+    h = np.asarray(hashes, dtype=np.uint64).reshape(-1)
+    pairs = -(-ID_HEX_DIGITS // 2)                      # bytes of the hash read, top first
+    words = np.empty((len(h), pairs + 1), dtype="<u8")  # [unused, "c"], then two digits per byte
+    words[:, 1:] = _HEX_PAIRS[h.astype(">u8").view(np.uint8).reshape(len(h), 8)[:, :pairs]]
+    points = words.view("<u4").reshape(len(h), 2 * pairs + 2)
+    points[:, 1] = ord("c")
+    return np.ascontiguousarray(points[:, 1:ID_HEX_DIGITS + 2]).view(f"<U{ID_HEX_DIGITS + 1}").reshape(len(h))
 
 
 # ----------------------------------------------------------------------------- table
@@ -384,15 +388,16 @@ class CandidateTable:
             frame = pd.DataFrame(list(itertools.product(*seqs)), columns=names)
             return cls(frame), {n: Coded.of(frame[n]) for n in names}
         # Column by column (speed): each dimension's distinct values typed as the rows'
-        # DataFrame would type them, then repeated in the product's order.
+        # DataFrame would type them, then repeated in the product's order (the values'
+        # array taken: no Series index to copy, one frame construction).
         columns, coded, inner = {}, {}, size
         for name, seq in zip(names, seqs):
             inner //= len(seq)
             index = np.tile(np.repeat(np.arange(len(seq)), inner), size // (inner * len(seq)))
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
-            columns[name] = distinct.take(index).reset_index(drop=True)
+            columns[name] = distinct.array.take(index)
             coded[name] = Coded(distinct, index)
-        return cls(pd.DataFrame(columns)), coded
+        return cls(pd.DataFrame(columns, copy=False)), coded
 
     def __len__(self) -> int:
         return len(self.frame)

@@ -7,6 +7,8 @@ options). Evaluated once per distinct combination, then mapped onto the candidat
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -26,38 +28,37 @@ def format_rejections(problem, frame: pd.DataFrame, coded: dict | None = None) -
     ``coded``: their :class:`planner.dimensions.Coded` forms (the grid's), used instead of
     factorizing the columns (the same masks).
     """
-    if coded is not None and all(k in coded for k in FORMAT_KEY):
-        codes, combinations = _combinations([coded[k].factorize() for k in FORMAT_KEY])
-    else:
-        codes, uniques = CandidateTable(frame).factorize(FORMAT_KEY)
-        combinations = uniques.itertuples(index=False)
     engine = problem.spec.serving.engine
     engines = compat.engine_table(problem.catalog) if engine else None
     table = quality.quality_table(problem.catalog)
     opts = problem.spec.quality
-    per_key = []
-    for model, gpu, fmt, kv in combinations:
+    none = len(REASONS)
+    published: dict = {}     # the quality reason per (model, format, KV dtype): the GPU plays no part
+
+    def code_of(model, gpu, fmt, kv) -> int:
+        """The combination's reason as its position in REASONS (len(REASONS): accepted)."""
         why = engines.reason(engine, gpu, fmt, kv) if engines is not None else None
-        per_key.append(why or table.reason(model, fmt, kv, opts.min_recovery, opts.allow_unverified_formats))
-    per_key = np.array(per_key + [None], dtype=object)[codes]
-    return {reason: per_key == reason for reason in REASONS}
+        if not why:
+            key = (model, fmt, kv)
+            if key not in published:
+                published[key] = table.reason(model, fmt, kv, opts.min_recovery, opts.allow_unverified_formats)
+            why = published[key]
+        return REASONS.index(why) if why in REASONS else none
 
-
-def _combinations(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, list[tuple]]:
-    """Codes of the rows' combinations of several columns' ``(codes, values)`` (mixed radix,
-    numbered in order of first appearance) and each combination's values."""
-    key = np.zeros(len(parts[0][0]), dtype=np.int64)
-    for codes, values in parts:
-        key = key * len(values) + codes
-    codes, keys = pd.factorize(key)
-    out = []
-    for k in keys:
-        combination = []
-        for _, values in reversed(parts):
-            k, at = divmod(int(k), len(values))
-            combination.append(values[at])
-        out.append(tuple(reversed(combination)))
-    return codes, out
+    parts = [coded[k].factorize() for k in FORMAT_KEY] if coded is not None and all(k in coded for k in FORMAT_KEY) \
+        else None
+    if parts is not None and len(frame) and all((codes >= 0).all() for codes, _ in parts):
+        # every combination of the columns' few distinct values (the grid's product), then
+        # onto the rows by their codes (speed: no pass over the rows' combinations)
+        per_combination = np.array([code_of(*c) for c in itertools.product(*(values for _, values in parts))],
+                                   dtype=np.int64)
+        which = per_combination[np.ravel_multi_index([codes for codes, _ in parts],
+                                                     tuple(len(values) for _, values in parts))]
+    else:
+        codes, uniques = CandidateTable(frame).factorize(FORMAT_KEY)
+        which = np.array([code_of(*c) for c in uniques.itertuples(index=False)] + [none], dtype=np.int64)[codes]
+    # integer codes compared (speed: not the rows' reason strings)
+    return {reason: which == i for i, reason in enumerate(REASONS)}
 
 
 def with_quality(problem, deployments: pd.DataFrame) -> pd.DataFrame:

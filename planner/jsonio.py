@@ -10,8 +10,14 @@ from pathlib import Path
 import numpy as np
 
 
+#: Types :func:`to_jsonable` returns as they are (checked first, by exact type: speed).
+_PLAIN = frozenset({str, int, bool, type(None)})
+
+
 def to_jsonable(obj):
     """Recursively convert numpy, pandas and date values; non-finite floats become None."""
+    if type(obj) in _PLAIN:
+        return obj
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -156,25 +156,39 @@ def search_candidates(problem: Problem) -> tuple[pd.DataFrame, ProblemParams]:
 def planning_instance(problem: Problem, candidates: pd.DataFrame,
                       capacity: pd.DataFrame | None = None) -> PlanningInstance | None:
     """The optimizer's instance over the feasible candidates (None if there are none)."""
-    feasible = candidates[candidates["feasible"]]
+    names = [w.name for w in problem.workloads]
+    capacity_columns = [f"capacity_per_s[{n}]" for n in names] if capacity is None else []
+    # only the columns the instance and the dominance pruning read are copied (speed: not
+    # every evaluated metric of the feasible rows)
+    read = [c for c in dict.fromkeys(("gpu", "gpus", "usd_per_replica_hour", *CONFIG_COLUMNS, "name",
+                                      *capacity_columns)) if c in candidates.columns]
+    feasible = candidates.loc[candidates["feasible"].to_numpy(bool), read]
     if feasible.empty:
         return None
-    names = [w.name for w in problem.workloads]
-    if capacity is None:
-        capacity = feasible[[f"capacity_per_s[{n}]" for n in names]].set_axis(names, axis=1)
-    capacity = capacity[(capacity > 0).any(axis=1)]
+    if capacity is None:         # the rows by position (speed: no lookup by id)
+        capacity = feasible[capacity_columns].set_axis(names, axis=1)
+        served = (capacity > 0).any(axis=1).to_numpy()
+        capacity, rows = capacity[served], feasible[served]
+    else:
+        capacity = capacity[(capacity > 0).any(axis=1)]
+        rows = feasible.loc[capacity.index]
     if capacity.empty:
         return None
-    rows = feasible.loc[capacity.index]
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    keep = capacity.index[prefilter_dominated(rows, role_blocks(candidate_blocks(rows), capacity), limited)].sort_values()
-    cands = feasible.loc[keep].rename(columns={"gpus": "gpus_per_replica"})
+    at = prefilter_dominated(rows, role_blocks(candidate_blocks(rows), capacity), limited)
+    keep = capacity.index[at]
+    if keep.is_monotonic_increasing:       # already sorted by id (the candidate table's order)
+        cands, capacity = rows.iloc[at], capacity.iloc[at]
+    else:
+        keep = keep.sort_values()
+        cands, capacity = feasible.loc[keep], capacity.loc[keep]
+    cands = cands.rename(columns={"gpus": "gpus_per_replica"})
     cands = cands[["gpu", "gpus_per_replica", "usd_per_replica_hour",
                    *[c for c in CONFIG_COLUMNS + ("name",) if c in cands.columns]]]
     cands = cands.assign(gpus_per_replica=cands["gpus_per_replica"].astype(int))
     spec = problem.spec
     return PlanningInstance(
-        candidates=cands, capacity_per_s=capacity.loc[keep],
+        candidates=cands, capacity_per_s=capacity,
         rate_per_s=pd.Series({w.name: w.rate_per_s for w in problem.workloads}),
         inventory_gpus={problem.catalog.gpu(g).id: n for g, n in spec.inventory.items()},
         budget_usd_per_hour=spec.budget_usd_per_hour,

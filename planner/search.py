@@ -135,42 +135,44 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
 def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
     """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
     configuration it evaluated), to carry to the later stages."""
-    frames, parts, sizes, hashes = [], [], [], []
+    frames, parts, positions, hashes = [], [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
         frame, params, evaluated, coded = _evaluate_model(problem, model_id)
         frames.append(frame)
         parts.append(params)
-        sizes.append(evaluated)
+        positions.append(evaluated)
         hashes.append(dimensions.candidate_hashes(frame, coded))    # row by row: per frame
     out = pd.concat(frames)
     hashes = np.concatenate(hashes)
     out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
     # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string
-    # sort; two equal ids are two equal neighbours there)
+    # sort; two equal ids are two equal neighbours there). The ids are distinct (else the
+    # error below), so any sort gives the one order: the unstable one is the fastest.
     top = hashes >> np.uint64(16)
-    order = np.argsort(top, kind="stable")
+    order = np.argsort(top)
     if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
-    # each model's frame starts with its evaluated rows, in the order of its parameters
+    # each model's evaluated rows (positions in its frame), in the order of its parameters
     starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
-    rows = np.concatenate([start + np.arange(n) for start, n in zip(starts, sizes)]).astype(int)
+    rows = np.concatenate([start + at for start, at in zip(starts, positions)]).astype(int)
+    sizes = [len(at) for at in positions]
     return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, int, dict]:
-    """One model's grid, evaluated: the frame (its first ``n`` rows are the configurations
-    evaluated), their serving parameters, ``n`` and the frame's dimension columns'
-    :class:`planner.dimensions.Coded` forms."""
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, np.ndarray, dict]:
+    """One model's grid, evaluated: the frame (the grid's rows, in grid order), the serving
+    parameters of the configurations evaluated, their positions in the frame (ascending: the
+    parameters' order) and the frame's dimension columns' :class:`planner.dimensions.Coded`
+    forms."""
     frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame, coded)
     structural_bad = np.logical_or.reduce(list(reasons.values()))
-    ok = frame[~structural_bad].reset_index(drop=True)
-    frame = pd.concat([ok, frame[structural_bad]], ignore_index=True)
-    reasons = {k: np.concatenate([v[~structural_bad], v[structural_bad]]) for k, v in reasons.items()}
-    order = np.concatenate([np.flatnonzero(~structural_bad), np.flatnonzero(structural_bad)])
-    coded = {name: column.take(order) for name, column in coded.items()}   # the frame's rows
-    ok_coded = {name: column.take(slice(0, len(ok))) for name, column in coded.items()}
+    # the structurally possible rows are evaluated; the frame stays in grid order (the
+    # candidate table is sorted by id at the end: one reordering of the rows)
+    evaluated = np.flatnonzero(~structural_bad)
+    ok = frame.take(evaluated).reset_index(drop=True)
+    ok_coded = {name: column.take(evaluated) for name, column in coded.items()}
 
     first = workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
@@ -179,24 +181,27 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     params = serving_params(problem, ok, ok_coded)
     metrics = evaluate(arrays, params)
     n_ok = len(ok)
-    pad = len(frame) - n_ok
 
     def padded(values, fill=np.nan):
+        """``values`` of the evaluated rows at their rows of the frame, ``fill`` elsewhere."""
         values = np.asarray(values)
-        return np.concatenate([values, np.full(pad, fill, dtype=values.dtype)])
+        out = np.full(len(frame), fill, dtype=values.dtype)
+        out[evaluated] = values
+        return out
 
     for name, derived in dimensions.DERIVED.items():
         frame[name] = derived(frame)
+    added: dict[str, np.ndarray] = {}   # the evaluated columns, in order: joined to the frame at once (speed)
     # per distinct GPU, then onto the rows by their codes (speed: no per-row map)
     g_codes, g_ids = coded["gpu"].factorize()
     prices = problem.prices_usd_per_gpu_hour
     price = np.array([prices.get(g, np.nan) for g in g_ids] + [np.nan], dtype=float)[g_codes]
-    frame["usd_per_gpu_hour"] = price
-    frame["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
-    frame["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
+    added["usd_per_gpu_hour"] = price
+    added["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
+    added["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
     for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
                 "throughput_tokens_per_s"):
-        frame[key] = padded(metrics[key])
+        added[key] = padded(metrics[key])
     budget = metrics["kv_budget_bytes_per_gpu"]
     reasons["weights_do_not_fit_memory"] = padded(budget <= 0, False).astype(bool)
 
@@ -233,18 +238,18 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
         central[live] = cap["central_rate_per_s"]
         ttft[live] = np.where(cap["central_rate_per_s"] > 0, cap["ttft_p95_s"], np.nan)
         tpot[live] = np.where(cap["central_rate_per_s"] > 0, cap["tpot_p95_s"], np.nan)
-        frame[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
-        frame[f"central_capacity_per_s[{w.name}]"] = padded(central, 0.0)
-        frame[f"ttft_p95_s[{w.name}]"] = padded(ttft)
-        frame[f"tpot_p95_s[{w.name}]"] = padded(tpot)
+        added[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
+        added[f"central_capacity_per_s[{w.name}]"] = padded(central, 0.0)
+        added[f"ttft_p95_s[{w.name}]"] = padded(ttft)
+        added[f"tpot_p95_s[{w.name}]"] = padded(tpot)
         any_capacity |= rate > 0
         violated = np.full(n_ok, "", dtype=object)
         violated[live] = cap["slo_violated_at_low_load"]
         ttft_only &= violated == "ttft"
     for other in problem.workloads:
         if other.model != model_id:
-            frame[f"capacity_per_s[{other.name}]"] = 0.0
-            frame[f"central_capacity_per_s[{other.name}]"] = 0.0
+            added[f"capacity_per_s[{other.name}]"] = np.zeros(len(frame))
+            added[f"central_capacity_per_s[{other.name}]"] = np.zeros(len(frame))
     reasons["max_batch_exceeds_kv_capacity"] = padded(~kv_cap_ok & fits, False).astype(bool)
     no_slo = ~any_capacity & fits & kv_cap_ok
     reasons["slo_ttft_unreachable"] = padded(no_slo & ttft_only, False).astype(bool)
@@ -254,11 +259,13 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     which = np.full(len(frame), len(REASONS))
     for i in range(len(REASONS) - 1, -1, -1):
         which[reasons[REASONS[i]]] = i
-    frame["infeasible_reason"] = np.array([*REASONS, ""], dtype=object)[which]
-    frame["feasible"] = which == len(REASONS)
-    cap_cols = [c for c in frame.columns if c.startswith(("capacity_per_s[", "central_capacity_per_s["))]
-    frame.loc[~frame["feasible"], cap_cols] = 0.0
-    return frame, params, n_ok, coded
+    added["infeasible_reason"] = np.array([*REASONS, ""], dtype=object)[which]
+    feasible = added["feasible"] = which == len(REASONS)
+    for name, values in added.items():   # no capacity where the configuration is rejected
+        if name.startswith(("capacity_per_s[", "central_capacity_per_s[")):
+            values[~feasible] = 0.0
+    frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
+    return frame, params, evaluated, coded
 
 
 def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:

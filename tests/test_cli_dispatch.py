@@ -22,7 +22,9 @@ NOT_ON_THE_SOLVE_PATH = ("planner.verify", "planner.simulate", "planner.pareto",
                          "planner.diagnosis", "planner.outputs.writer", "planner.outputs.plots",
                          "planner.disagg_roles", "planner.serving.disagg",
                          "planner.cli.budget", "planner.cli.simulate", "planner.cli.accuracy",
-                         "planner.cli.calibrate", "planner.cli.evaluate", "matplotlib")
+                         "planner.cli.calibrate", "planner.cli.evaluate", "matplotlib",
+                         "planner.optimize.brute", "planner.optimize.check", "planner.optimize.diagnose",
+                         "planner.optimize.kbest")
 
 
 def test_every_command_module_is_named_by_its_command():

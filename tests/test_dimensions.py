@@ -192,3 +192,16 @@ def test_fast_grid_ids_and_factorize_equal_their_plain_definitions():
             ref_codes, ref = pd.factorize(pd.MultiIndex.from_frame(frame[present]))
             assert np.array_equal(codes, ref_codes)
             pd.testing.assert_frame_equal(uniques, pd.DataFrame(ref.tolist(), columns=present), check_exact=True)
+
+
+def test_id_strings_are_c_and_the_hashes_top_hex_digits():
+    """Two hex digits per byte of the hash, top byte first: the text of "c" + "%016x" % h cut
+    to ID_HEX_DIGITS digits, at the extremes and for random hashes; none for no hash."""
+    ends = np.array([0, 1, 2**64 - 1, 0x0123456789ABCDEF, 0xFEDCBA9876543210], dtype=np.uint64)
+    assert dimensions.id_strings(ends).tolist() == ["c000000000000", "c000000000000", "cffffffffffff",
+                                                    "c0123456789ab", "cfedcba987654"]
+    rng = np.random.default_rng(3)
+    hashes = rng.integers(0, 2**63, 500, dtype=np.int64).astype(np.uint64) * np.uint64(2) + np.uint64(1)
+    assert dimensions.id_strings(hashes).tolist() == [
+        "c" + ("%016x" % int(h))[:dimensions.ID_HEX_DIGITS] for h in hashes]
+    assert dimensions.id_strings(np.array([], dtype=np.uint64)).tolist() == []

@@ -94,3 +94,21 @@ def test_in_model_count_is_the_models_own_pruning(problem):
     assert solutions.found and solutions.status == "optimal"
     pruned = prune_dominated(instance.candidates, instance.capacity_per_s)
     assert 0 < solutions.in_model == len(instance.candidates) - len(pruned)
+
+
+def test_instance_from_the_table_is_the_one_of_its_capacities_given(problem):
+    """The default instance (the rows kept by position) equals the one built from the same
+    capacities passed in by id, in another row order (the rows looked up by id and sorted):
+    the same candidates, columns, capacities and order; a candidate that serves nothing stays out."""
+    import pandas as pd
+
+    candidates, _ = search_candidates(problem)
+    names = [w.name for w in problem.workloads]
+    feasible = candidates[candidates["feasible"]]
+    given = feasible[[f"capacity_per_s[{n}]" for n in names]].set_axis(names, axis=1).iloc[::-1]
+    default, by_id = planning_instance(problem, candidates), planning_instance(problem, candidates, given)
+    pd.testing.assert_frame_equal(default.candidates, by_id.candidates, check_exact=True)
+    pd.testing.assert_frame_equal(default.capacity_per_s, by_id.capacity_per_s, check_exact=True)
+    assert default.candidates.index.is_monotonic_increasing and len(default.candidates) > 1
+    assert list(default.candidates.columns[:3]) == ["gpu", "gpus_per_replica", "usd_per_replica_hour"]
+    assert (default.capacity_per_s > 0).any(axis=1).all()

@@ -4,6 +4,8 @@ candidates is the one the row-by-row computation gives."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -11,6 +13,8 @@ import yaml
 
 from planner import configs, search
 from planner.problem import load_problem
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_distinct_rows_by_hand():
@@ -161,3 +165,32 @@ def test_coded_grid_columns_give_the_columns_codes_and_ids(tmp_path):
         codes, values = column.factorize()
         assert list(np.asarray(values, dtype=object)[codes]) == frame[name].tolist(), name
     assert np.array_equal(dimensions.candidate_hashes(frame, coded), dimensions.candidate_hashes(frame))
+
+
+@pytest.mark.parametrize("engine", [None, "trtllm"])
+def test_format_rejections_from_the_grid_codes_are_those_of_the_rows(tmp_path, engine):
+    """The reasons of every combination of the grid's distinct (model, GPU, format, KV dtype)
+    values, taken to the rows by their codes, are the reasons of the rows' own combinations
+    (the plain path), for the whole grid and a reordered subset; the engine table and the
+    quality gate reject rows for every reason they can give."""
+    from planner import dimensions
+    from planner.format_rules import REASONS, format_rejections
+
+    spec = yaml.safe_load((ROOT / "problems" / "chat-70b.yaml").read_text())
+    spec["quality"] = {"min_recovery": 0.999}       # fp8 below it, int4-awq unverified
+    if engine:
+        spec["serving"] = {"engine": engine}
+    path = tmp_path / "formats.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    problem = load_problem(path)
+    table, coded = dimensions.CandidateTable.coded_grid({"model": ["llama-3.1-70b"],
+                                                         **dimensions.search_values(problem)})
+    rows = np.random.default_rng(1).permutation(len(table))[: len(table) // 3]
+    subset = table.frame.iloc[rows].reset_index(drop=True), {n: c.take(rows) for n, c in coded.items()}
+    for frame, codes in ((table.frame, coded), subset):
+        fast, plain = format_rejections(problem, frame, codes), format_rejections(problem, frame)
+        assert list(fast) == list(plain) == list(REASONS)
+        for reason in REASONS:
+            assert np.array_equal(fast[reason], plain[reason]), reason
+    hit = {reason for reason, mask in format_rejections(problem, table.frame, coded).items() if mask.any()}
+    assert hit == (set(REASONS) if engine else set(REASONS[2:]))
