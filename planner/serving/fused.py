@@ -18,17 +18,21 @@ operations in the same order, and only the work around them changes:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from planner.serving.arrays import LINK_FAST, ConfigArrays, scaled
 from planner.serving.buffers import Scratch, staggered
 from planner.serving.parallel import run_in_threads
 from planner.serving.params import ServingParams
-from planner.serving.roofline import saturation_tokens
+from planner.serving.roofline import SATURATED_LOG_MISS
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 #: Labels of the decode bound, indexed by ``memory_bound`` (a take is 2-3x faster than where).
 _BOUND_LABELS = np.array(["compute", "memory"])
+#: Row ``v``: the 8 bits of the byte ``v``, most significant first (``np.packbits`` order).
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)
 
 #: The outputs, in the order of :func:`planner.serving.evaluate.evaluate_reference`.
 _KEYS = ("weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_seq",
@@ -96,17 +100,70 @@ def _few(mask, n: int) -> np.ndarray | None:
     return rows if rows.size else None
 
 
-def _expert_fraction(miss, saturated, tokens) -> np.ndarray:
-    """1 - miss^tokens on MoE rows (roofline.expert_read_fraction), the power taken only
-    where the result is not exactly 1.0 (``tokens > saturated``,
-    :func:`planner.serving.roofline.saturation_tokens`)."""
-    m = miss.size
-    tokens = _broadcast(tokens, m)
-    out = np.ones(m)
-    pending = _few(~(tokens > saturated), m)
-    if pending is not None:
-        out[pending] = 1.0 - miss[pending] ** tokens[pending]
+def _moe_reads(moe, c: dict, per_stage, micro, expert_bytes, dense_read, fraction, t):
+    """The weight reads at the micro-batch, the batch and the prompt (roofline.weight_read_bytes:
+    ``dense + experts x (1 - miss^tokens)``), each ``dense_read`` but on the MoE rows ``moe``,
+    computed on those rows only; the expert read fraction at b/S into ``fraction``.
+
+    The power is taken on every MoE row, at ``min(tokens, cap)`` (:func:`_token_cap`): the
+    same fraction, without the subnormal powers (4-6x slower) of saturated rows."""
+    m = moe.size
+
+    def at(name, value):
+        return np.take(value, moe, out=t(name, m)) if np.ndim(value) else np.full(m, float(value))
+
+    miss = at("m_miss", c["num_experts"])
+    np.maximum(miss, 1, out=miss)
+    np.divide(at("m_k", c["experts_per_token"]), miss, out=miss)
+    np.subtract(1.0, miss, out=miss)
+    cap = _token_cap(miss, t("m_cap", m))
+    stage_tokens = at("m_stage", per_stage)
+    stage = _missed(miss, stage_tokens, cap, t("m_f_stage", m))
+    fraction[moe] = stage
+    eb, base = at("m_eb", expert_bytes), at("m_base", dense_read)
+
+    def read(name, f):
+        got = _copy(dense_read, t(name, dense_read.shape[0]))
+        part = np.multiply(eb, f, out=t("m_part", m))
+        part += base
+        got[moe] = part
+        return got
+
+    tokens = at("m_micro", micro)        # b/S but where b < S
+    todo = _few(tokens != stage_tokens, m)
+    if todo is not None:
+        stage = _copy(stage, t("m_f_micro", m))
+        stage[todo] = 1.0 - miss[todo] ** np.minimum(tokens[todo], cap[todo])
+    read_micro = read("read_micro", stage)
+    read_batch = read("read_batch", _missed(miss, at("m_batch", c["batch"]), cap, t("m_f", m)))
+    read_prompt = read("read_prompt", _missed(miss, at("m_prompt", c["prompt_tokens"]), cap, t("m_f", m)))
+    return read_micro, read_batch, read_prompt
+
+
+def _copy(value, out):
+    out[...] = value
     return out
+
+
+def _token_cap(miss, out):
+    """Per row, a token count above which ``1 - miss^tokens`` is exactly 1.0, at least 1:
+    ``max(SATURATED_LOG_MISS / ln miss, 1)`` (roofline.saturation_tokens; +inf where ``ln
+    miss`` is 0, positive or NaN, so that the power is taken as it is there). At the cap,
+    ``miss^cap`` is about 2^-60 (a cap of 1: ``miss`` below 2^-60), and ``1 - x`` for any
+    ``0 <= x < 2^-54`` rounds to 1.0 in float64: powers at ``min(tokens, cap)`` give the
+    reference's fractions bit for bit, none of them subnormal."""
+    np.log(miss, out=out)
+    np.fmin(out, -np.finfo(float).tiny, out=out)          # NaN (miss < 0): -tiny, a cap of +inf
+    np.divide(SATURATED_LOG_MISS, out, out=out)            # -tiny: +inf (an overflow)
+    return np.maximum(out, 1.0, out=out)
+
+
+def _missed(miss, tokens, cap, out):
+    """1 - miss^tokens into ``out`` (roofline.expert_read_fraction on MoE rows), the power at
+    ``min(tokens, cap)`` (:func:`_token_cap`; the same numbers)."""
+    np.minimum(tokens, cap, out=out)                       # NaN tokens stay NaN
+    np.power(miss, out, out=out)
+    return np.subtract(1.0, out, out=out)
 
 
 def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
@@ -117,8 +174,8 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     w, link = c["weight_bytes_per_param"], c["link_bytes_per_s"]
     n = out["tpot_s"].shape[0]
 
-    def t(name):
-        return scratch(name, n)
+    def t(name, rows=n):
+        return scratch(name, rows)
 
     mul, div = np.multiply, np.divide
     nS = mul(tp, pp, out=t("nS"))
@@ -128,11 +185,13 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     per_layer = mul(c["kv_elems_per_token_layer"], c["kv_bytes_per_element"], out=t("per_layer"))
     L_kv = mul(L, c["kv_elems_per_token_layer"], out=t("L_kv"))
     kv_token = mul(L_kv, c["kv_bytes_per_element"], out=out["kv_bytes_per_token"])
-    span = mul(L, ctx, out=t("span"))  # (L - L_w) ctx + L_w min(ctx, window) = L ctx where L_w = 0
-    windowed = _few(c["window_layers"] > 0, n)
-    if windowed is not None:
-        wl, ctx_w = _at(c["window_layers"], windowed), _at(ctx, windowed)
-        span[windowed] = (_at(L, windowed) - wl) * ctx_w + wl * np.minimum(ctx_w, _at(c["window_tokens"], windowed))
+    # (L - L_w) ctx + L_w min(ctx, window) on every row: 5 passes cost less than finding the
+    # windowed rows and gathering their columns
+    span = np.subtract(L, c["window_layers"], out=t("span"))
+    span *= ctx
+    in_window = np.minimum(ctx, c["window_tokens"], out=t("in_window"))
+    in_window *= c["window_layers"]
+    span += in_window
     kv_seq = mul(per_layer, span, out=out["kv_bytes_per_seq"])
     heads = div(c["n_kv_heads"], tp, out=t("heads"))
     np.ceil(heads, out=heads)
@@ -168,41 +227,15 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     if moe is None:         # the expert read fraction stays 0 (zero-filled)
         read_micro = read_prompt = read_batch = dense_read
     else:
-        m = moe.size
-        experts = _at(c["num_experts"], moe)
-        miss = _broadcast(1.0 - _at(c["experts_per_token"], moe) / np.maximum(experts, 1), m)
-        saturated = saturation_tokens(miss)
-        stage_tokens = _broadcast(_at(per_stage, moe), m)
-        fraction = out["expert_read_fraction"]
-        fraction[moe] = _expert_fraction(miss, saturated, stage_tokens)
-        eb, base = _at(expert_bytes, moe), _at(dense_read, moe)
-        # at b/S tokens on every row: dense rows read no expert (x 0), MoE rows base + eb f
-        read_stage = mul(expert_bytes, fraction, out=t("read_stage"))
-        np.add(dense_read, read_stage, out=read_stage)
-
-        def read(name, tokens):
-            """The weight read at ``tokens`` per row: the one at b/S, except on the MoE
-            rows where ``tokens`` differ (the micro-batch where b < S, the batch where S > 1)."""
-            tokens = _broadcast(_at(tokens, moe), m)
-            todo = _few(tokens != stage_tokens, m)
-            if todo is None:
-                return read_stage
-            got = t(name)
-            got[...] = read_stage
-            got[moe[todo]] = base[todo] + eb[todo] * _expert_fraction(miss[todo], saturated[todo], tokens[todo])
-            return got
-
-        read_micro, read_batch = read("read_micro", micro), read("read_batch", b)
-        read_prompt = t("read_prompt")
-        read_prompt[...] = dense_read
-        read_prompt[moe] = base + eb * _expert_fraction(miss, saturated, _at(pt, moe))
+        read_micro, read_batch, read_prompt = _moe_reads(
+            moe, c, per_stage, micro, expert_bytes, dense_read, out["expert_read_fraction"], t)
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
     coeff = np.subtract(tp, 1.0, out=t("coeff"))
     mul(2.0, coeff, out=coeff)
     div(coeff, tp, out=coeff)
     coeff *= a
-    tau = _link_latency(c["link_kind"], p, t("tau"))
+    tau = _link_latency(c["link_kind"], p, t("tau"), t("fast_rows").view(bool)[:n])
     two_L = mul(2.0, L, out=t("two_L"))
     multi = np.greater(tp, 1, out=t("multi").view(bool)[:n])
     two_L_on = mul(two_L, multi, out=t("two_L_on"))   # (2L y) x 0/1 = (2L x 0/1) y for y >= 0, inf, NaN
@@ -259,7 +292,7 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     mul(pp, t_mem, out=out["t_mem_s"])
     mul(pp, t_comp, out=out["t_comp_s"])
     mul(pp, t_comm, out=out["t_comm_s"])
-    _BOUND_LABELS.take(np.greater_equal(t_mem, t_comp).view(np.uint8), out=out["bound"], mode="clip")
+    _pick(_BOUND_LABELS, np.greater_equal(t_mem, t_comp, out=t("memory_bound").view(bool)[:n]), out["bound"])
     # prefill (roofline.prefill_time_s)
     p_comp = mul(two_L, d, out=t("p_comp"))
     p_comp *= pt
@@ -305,11 +338,34 @@ def _broadcast(value, n: int) -> np.ndarray:
     return value if value.shape == (n,) else np.full(n, value)
 
 
-def _link_latency(kind, p: dict, out: np.ndarray):
+def _link_latency(kind, p: dict, out: np.ndarray, fast_rows: np.ndarray):
     """roofline.allreduce_latency_s into ``out``: NVLink-class links vs PCIe/Ethernet (a
     table lookup when both latencies are scalars)."""
     fast, slow = p["allreduce_latency_nvlink_s"], p["allreduce_latency_pcie_s"]
     if np.ndim(fast) or np.ndim(slow) or not np.ndim(kind):
         out[...] = np.where(kind == LINK_FAST, fast, slow)
         return out
-    return np.array([slow, fast]).take((kind == LINK_FAST).view(np.uint8), mode="clip", out=out)
+    return _pick(np.array([float(slow), float(fast)]), np.equal(kind, LINK_FAST, out=fast_rows), out)
+
+
+def _pick(table: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``table[mask]`` (a table of 2 entries, a boolean mask) into ``out``, 8 rows at a time:
+    the mask packed into bytes indexes the 256 octets of entries (:func:`_octets`), so that
+    the take moves 8 entries per index (a take's cost is per index, 3-4x less this way)."""
+    n = mask.shape[0]
+    head = n - n % 8
+    if head:
+        octets = _octets(table.dtype.str, table.tobytes())
+        octets.take(np.packbits(mask[:head]), out=out[:head].view(octets.dtype), mode="clip")
+    if head < n:
+        table.take(mask[head:].view(np.uint8), out=out[head:], mode="clip")
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _octets(dtype: str, entries: bytes) -> np.ndarray:
+    """The 256 octets of a 2-entry table (``dtype``, its bytes): octet ``v`` holds, for each
+    bit of ``v`` (most significant first), entry 1 where it is set, else entry 0; one
+    ``void`` element of 8 entries each."""
+    table = np.frombuffer(entries, dtype=dtype)[_BYTE_BITS]
+    return table.view(np.dtype((np.void, 8 * table.itemsize))).reshape(256)
