@@ -57,8 +57,8 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     """:func:`planner.serving.evaluate.evaluate` of ``rows`` configurations, every input a
     scalar or an array of ``rows`` elements, in blocks of ``block_rows`` rows computed by
     ``threads`` threads (:mod:`planner.serving.parallel`; the same numbers for any count)."""
-    columns = {name: getattr(c, name) for name in c.__dataclass_fields__}
-    params = p.as_dict()
+    columns = _sliced({name: getattr(c, name) for name in c.__dataclass_fields__})
+    params = _sliced(p.as_dict())
     # staggered (:mod:`planner.serving.buffers`); zero-filled from the allocator: the expert
     # read fraction of dense rows and, without users, every queue wait are exactly 0
     float_keys = _FLOAT_KEYS + (("usd_per_million_tokens",) if usd_per_gpu_hour is not None else ())
@@ -76,8 +76,8 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
         with np.errstate(divide="ignore", invalid="ignore"):   # per thread (a context variable)
             for start in starts:
                 cut = slice(start, min(rows, start + block_rows))
-                _block({k: _cut(v, cut) for k, v in columns.items()}, {k: _cut(v, cut) for k, v in params.items()},
-                       _cut(users, cut), _cut(usd_per_gpu_hour, cut), {k: v[cut] for k, v in out.items()}, scratch)
+                _block(columns(cut), params(cut), _cut(users, cut), _cut(usd_per_gpu_hour, cut),
+                       {k: v[cut] for k, v in out.items()}, scratch)
 
     run_in_threads(work, min(threads, -(-rows // block_rows)))
     return {key: out[key] for key in _KEYS + tuple(k for k in out if k not in _KEYS)}
@@ -85,6 +85,19 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
 
 def _cut(value, cut: slice):
     return value[cut] if value is not None and np.ndim(value) == 1 else value
+
+
+def _sliced(values: dict):
+    """A function of a row slice that gives ``values`` there (arrays cut, scalars as they
+    are): which entries are arrays is decided once per call, not once per block."""
+    arrays = [(k, v) for k, v in values.items() if v is not None and np.ndim(v) == 1]
+
+    def at(cut: slice) -> dict:
+        got = dict(values)
+        for k, v in arrays:
+            got[k] = v[cut]
+        return got
+    return at
 
 
 def _at(value, rows):
@@ -96,7 +109,7 @@ def _few(mask, n: int) -> np.ndarray | None:
     """Positions among ``n`` rows where ``mask`` holds, or None where it holds nowhere."""
     if np.ndim(mask) == 0:
         return np.arange(n) if mask else None
-    rows = np.flatnonzero(mask)
+    rows = mask.nonzero()[0]
     return rows if rows.size else None
 
 
@@ -292,7 +305,7 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     mul(pp, t_mem, out=out["t_mem_s"])
     mul(pp, t_comp, out=out["t_comp_s"])
     mul(pp, t_comm, out=out["t_comm_s"])
-    _pick(_BOUND_LABELS, np.greater_equal(t_mem, t_comp, out=t("memory_bound").view(bool)[:n]), out["bound"])
+    _pick(_BOUND_LABELS, _BOUND_OCTETS, np.greater_equal(t_mem, t_comp, out=t("memory_bound").view(bool)[:n]), out["bound"])
     # prefill (roofline.prefill_time_s)
     p_comp = mul(two_L, d, out=t("p_comp"))
     p_comp *= pt
@@ -345,27 +358,35 @@ def _link_latency(kind, p: dict, out: np.ndarray, fast_rows: np.ndarray):
     if np.ndim(fast) or np.ndim(slow) or not np.ndim(kind):
         out[...] = np.where(kind == LINK_FAST, fast, slow)
         return out
-    return _pick(np.array([float(slow), float(fast)]), np.equal(kind, LINK_FAST, out=fast_rows), out)
+    return _pick(*_latency_table(float(slow), float(fast)), np.equal(kind, LINK_FAST, out=fast_rows), out)
 
 
-def _pick(table: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+@functools.lru_cache(maxsize=16)
+def _latency_table(slow: float, fast: float) -> tuple[np.ndarray, np.ndarray]:
+    """The all-reduce latencies by ``link_kind == LINK_FAST`` and their octets (:func:`_pick`)."""
+    table = np.array([slow, fast])
+    return table, _octets(table)
+
+
+def _pick(table: np.ndarray, octets: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
     """``table[mask]`` (a table of 2 entries, a boolean mask) into ``out``, 8 rows at a time:
-    the mask packed into bytes indexes the 256 octets of entries (:func:`_octets`), so that
-    the take moves 8 entries per index (a take's cost is per index, 3-4x less this way)."""
+    the mask packed into bytes indexes ``octets`` (:func:`_octets` of ``table``), so that the
+    take moves 8 entries per index (a take's cost is per index: 3-4x less this way)."""
     n = mask.shape[0]
     head = n - n % 8
     if head:
-        octets = _octets(table.dtype.str, table.tobytes())
         octets.take(np.packbits(mask[:head]), out=out[:head].view(octets.dtype), mode="clip")
     if head < n:
         table.take(mask[head:].view(np.uint8), out=out[head:], mode="clip")
     return out
 
 
-@functools.lru_cache(maxsize=32)
-def _octets(dtype: str, entries: bytes) -> np.ndarray:
-    """The 256 octets of a 2-entry table (``dtype``, its bytes): octet ``v`` holds, for each
-    bit of ``v`` (most significant first), entry 1 where it is set, else entry 0; one
-    ``void`` element of 8 entries each."""
-    table = np.frombuffer(entries, dtype=dtype)[_BYTE_BITS]
+def _octets(table: np.ndarray) -> np.ndarray:
+    """The 256 octets of a 2-entry table: octet ``v`` holds, for each bit of ``v`` (most
+    significant first), entry 1 where it is set, else entry 0; one ``void`` element each."""
+    table = table[_BYTE_BITS]
     return table.view(np.dtype((np.void, 8 * table.itemsize))).reshape(256)
+
+
+#: :data:`_BOUND_LABELS` by octets of rows (:func:`_pick`).
+_BOUND_OCTETS = _octets(_BOUND_LABELS)
