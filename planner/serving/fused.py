@@ -113,43 +113,53 @@ def _few(mask, n: int) -> np.ndarray | None:
     return rows if rows.size else None
 
 
-def _moe_reads(moe, c: dict, per_stage, micro, expert_bytes, dense_read, fraction, t):
+def _moe_reads(moe, c: dict, per_stage, micro, expert_bytes, dense_read, fraction, scratch: Scratch):
     """The weight reads at the micro-batch, the batch and the prompt (roofline.weight_read_bytes:
     ``dense + experts x (1 - miss^tokens)``), each ``dense_read`` but on the MoE rows ``moe``,
-    computed on those rows only; the expert read fraction at b/S into ``fraction``.
+    computed on those rows only (three buffers lent by ``scratch``); the expert read fraction
+    at b/S into ``fraction``.
 
     The power is taken on every MoE row, at ``min(tokens, cap)`` (:func:`_token_cap`): the
     same fraction, without the subnormal powers (4-6x slower) of saturated rows."""
-    m = moe.size
+    m, n = moe.size, dense_read.shape[0]
+    new = scratch.new
 
-    def at(name, value):
-        return np.take(value, moe, out=t(name, m)) if np.ndim(value) else np.full(m, float(value))
+    def at(value):
+        got = new(m)
+        if np.ndim(value):
+            return np.take(value, moe, out=got)
+        got[...] = value
+        return got
 
-    miss = at("m_miss", c["num_experts"])
+    miss = at(c["num_experts"])
     np.maximum(miss, 1, out=miss)
-    np.divide(at("m_k", c["experts_per_token"]), miss, out=miss)
+    k = at(c["experts_per_token"])
+    np.divide(k, miss, out=miss)
     np.subtract(1.0, miss, out=miss)
-    cap = _token_cap(miss, t("m_cap", m))
-    stage_tokens = at("m_stage", per_stage)
-    stage = _missed(miss, stage_tokens, cap, t("m_f_stage", m))
+    cap = _token_cap(miss, k)
+    stage_tokens = at(per_stage)
+    stage = _missed(miss, stage_tokens, cap, new(m))
     fraction[moe] = stage
-    eb, base = at("m_eb", expert_bytes), at("m_base", dense_read)
+    eb, base = at(expert_bytes), at(dense_read)
+    part = new(m)
 
-    def read(name, f):
-        got = _copy(dense_read, t(name, dense_read.shape[0]))
-        part = np.multiply(eb, f, out=t("m_part", m))
-        part += base
+    def read(f):
+        got = _copy(dense_read, new(n))
+        np.multiply(eb, f, out=part)
+        np.add(part, base, out=part)
         got[moe] = part
         return got
 
-    tokens = at("m_micro", micro)        # b/S but where b < S
+    tokens = at(micro)        # b/S but where b < S
     todo = _few(tokens != stage_tokens, m)
     if todo is not None:
-        stage = _copy(stage, t("m_f_micro", m))
         stage[todo] = 1.0 - miss[todo] ** np.minimum(tokens[todo], cap[todo])
-    read_micro = read("read_micro", stage)
-    read_batch = read("read_batch", _missed(miss, at("m_batch", c["batch"]), cap, t("m_f", m)))
-    read_prompt = read("read_prompt", _missed(miss, at("m_prompt", c["prompt_tokens"]), cap, t("m_f", m)))
+    read_micro = read(stage)                  # the fraction at b/S is already written
+    batch = at(c["batch"])
+    read_batch = read(_missed(miss, batch, cap, batch))
+    prompt = at(c["prompt_tokens"])
+    read_prompt = read(_missed(miss, prompt, cap, prompt))
+    scratch.free(miss, k, stage_tokens, stage, eb, base, part, tokens, batch, prompt)
     return read_micro, read_batch, read_prompt
 
 
@@ -181,95 +191,111 @@ def _missed(miss, tokens, cap, out):
 
 def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     """One block of :func:`evaluate_rows`: results into the views ``out``, temporaries in
-    ``scratch`` (the thread's buffers, :mod:`planner.serving.buffers`)."""
+    ``scratch`` (the thread's buffers, :mod:`planner.serving.buffers`), each temporary given
+    back to its pool once dead (the next one reuses it while it is in cache); the
+    independent quantities are computed in an order that ends their temporaries early."""
     L, d, tp, pp, b, ctx = (c["n_layers"], c["hidden_size"], c["tp"], c["pp"], c["batch"],
                             c["context_tokens"])
     w, link = c["weight_bytes_per_param"], c["link_bytes_per_s"]
     n = out["tpot_s"].shape[0]
+    scratch.reset()
+    new, free = scratch.new, scratch.free
 
-    def t(name, rows=n):
-        return scratch(name, rows)
+    def flags(name):
+        return scratch(name, n).view(bool)[:n]
 
     mul, div = np.multiply, np.divide
-    nS = mul(tp, pp, out=t("nS"))
+    nS = mul(tp, pp, out=new(n))
     # memory.py: weights, KV per token / sequence / GPU, budget, concurrency
     weights = mul(c["params_total"], w, out=out["weights_bytes"])
     wpg = div(weights, nS, out=out["weights_bytes_per_gpu"])
-    per_layer = mul(c["kv_elems_per_token_layer"], c["kv_bytes_per_element"], out=t("per_layer"))
-    L_kv = mul(L, c["kv_elems_per_token_layer"], out=t("L_kv"))
+    budget = mul(p["gpu_memory_utilization"], c["memory_bytes"], out=out["kv_budget_bytes_per_gpu"])
+    budget -= wpg
+    budget -= p["workspace_bytes"]
+    per_layer = mul(c["kv_elems_per_token_layer"], c["kv_bytes_per_element"], out=new(n))
+    L_kv = mul(L, c["kv_elems_per_token_layer"], out=new(n))
     kv_token = mul(L_kv, c["kv_bytes_per_element"], out=out["kv_bytes_per_token"])
+    free(L_kv)
     # (L - L_w) ctx + L_w min(ctx, window) on every row: 5 passes cost less than finding the
     # windowed rows and gathering their columns
-    span = np.subtract(L, c["window_layers"], out=t("span"))
+    span = np.subtract(L, c["window_layers"], out=new(n))
     span *= ctx
-    in_window = np.minimum(ctx, c["window_tokens"], out=t("in_window"))
+    in_window = np.minimum(ctx, c["window_tokens"], out=new(n))
     in_window *= c["window_layers"]
     span += in_window
+    free(in_window)
     kv_seq = mul(per_layer, span, out=out["kv_bytes_per_seq"])
-    heads = div(c["n_kv_heads"], tp, out=t("heads"))
+    free(span, per_layer)
+    heads = div(c["n_kv_heads"], tp, out=new(n))
     np.ceil(heads, out=heads)
     div(heads, c["n_kv_heads"], out=heads)
     replicated = _few(~(c["kv_split_by_tp"] > 0), n)   # MLA's latent: whole on every TP rank
     if replicated is not None:
         heads[replicated] = 1.0
-    kv_fraction = div(L, pp, out=t("kv_fraction"))
+    kv_fraction = div(L, pp, out=new(n))
     np.ceil(kv_fraction, out=kv_fraction)
     div(kv_fraction, L, out=kv_fraction)
     kv_fraction *= heads
-    budget = mul(p["gpu_memory_utilization"], c["memory_bytes"], out=out["kv_budget_bytes_per_gpu"])
-    budget -= wpg
-    budget -= p["workspace_bytes"]
-    kv_per_gpu = mul(kv_seq, kv_fraction, out=t("kv_per_gpu"))
-    b_kv = mul(b, kv_seq, out=t("b_kv"))        # also the KV term of the arithmetic intensity
-    kv_needed = mul(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
+    free(heads)
+    kv_per_gpu = mul(kv_seq, kv_fraction, out=new(n))
     concurrency = div(budget, kv_per_gpu, out=out["max_concurrency"])
-    holds = np.greater(kv_per_gpu, 0.0, out=t("holds").view(bool)[:n])
+    holds = np.greater(kv_per_gpu, 0.0, out=flags("holds"))
+    free(kv_per_gpu)
     if not holds.all():     # no KV per sequence (rare): unbounded
         concurrency[~holds] = np.inf
     np.floor(concurrency, out=concurrency)
     np.maximum(concurrency, 0.0, out=concurrency)
+    b_kv = mul(b, kv_seq, out=new(n))        # also the KV term of the arithmetic intensity
+    kv_needed = mul(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
     np.logical_and(budget > 0, kv_needed <= budget, out=out["fits"])
     # roofline.py: MoE expert reads on MoE rows only (elsewhere the read is the dense part)
-    expert_bytes = mul(c["routed_expert_params"], w, out=t("expert_bytes"))
-    dense_read = np.subtract(weights, expert_bytes, out=t("dense_read"))
+    expert_bytes = mul(c["routed_expert_params"], w, out=new(n))
+    dense_read = np.subtract(weights, expert_bytes, out=new(n))
     moe = _few(c["num_experts"] > 0, n)
-    per_stage = div(b, pp, out=t("per_stage"))
-    micro = np.minimum(b, 1.0, out=t("micro"))
+    per_stage = div(b, pp, out=new(n))
+    micro = np.minimum(b, 1.0, out=new(n))
     np.maximum(per_stage, micro, out=micro)
     pt = c["prompt_tokens"]
     if moe is None:         # the expert read fraction stays 0 (zero-filled)
         read_micro = read_prompt = read_batch = dense_read
     else:
         read_micro, read_batch, read_prompt = _moe_reads(
-            moe, c, per_stage, micro, expert_bytes, dense_read, out["expert_read_fraction"], t)
+            moe, c, per_stage, micro, expert_bytes, dense_read, out["expert_read_fraction"], scratch)
+    free(per_stage, expert_bytes)
+
+    def free_read(read):    # a read of MoE rows (dense_read itself is given back last)
+        if read is not dense_read:
+            free(read)
+
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
-    coeff = np.subtract(tp, 1.0, out=t("coeff"))
+    coeff = np.subtract(tp, 1.0, out=new(n))
     mul(2.0, coeff, out=coeff)
     div(coeff, tp, out=coeff)
     coeff *= a
-    tau = _link_latency(c["link_kind"], p, t("tau"), t("fast_rows").view(bool)[:n])
-    two_L = mul(2.0, L, out=t("two_L"))
-    multi = np.greater(tp, 1, out=t("multi").view(bool)[:n])
-    two_L_on = mul(two_L, multi, out=t("two_L_on"))   # (2L y) x 0/1 = (2L x 0/1) y for y >= 0, inf, NaN
+    tau = _link_latency(c["link_kind"], p, new(n), flags("fast_rows"))
+    two_L = mul(2.0, L, out=new(n))
+    multi = np.greater(tp, 1, out=flags("multi"))
+    two_L_on = mul(two_L, multi, out=new(n))   # (2L y) x 0/1 = (2L x 0/1) y for y >= 0, inf, NaN
     no_link = _few(~(link > 0), n)
     hop_lat = p["pipeline_hop_latency_s"]
-    stages_m1 = np.subtract(pp, 1.0, out=t("stages_m1"))
+    stages_m1 = np.subtract(pp, 1.0, out=new(n))
 
-    def comm(tokens, name):
-        transfer = mul(coeff, tokens, out=t("transfer"))
+    def comm(tokens):
+        transfer = mul(coeff, tokens, out=new(n))
         transfer *= d
         transfer /= link
         if no_link is not None:
             transfer[no_link] = np.inf
         transfer += tau
-        got = mul(two_L_on, transfer, out=t(name))
+        got = mul(two_L_on, transfer, out=new(n))
+        free(transfer)
         if no_link is not None:   # inf * 0 is NaN: the reference's where there
             got[no_link] = np.where(_at(multi, no_link), _at(got, no_link), 0.0)
         return got
 
     def hop(tokens):
-        transfer = mul(a, tokens, out=t("transfer"))
+        transfer = mul(a, tokens, out=new(n))
         transfer *= d
         transfer /= link
         if no_link is not None:
@@ -279,52 +305,74 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
         return transfer
 
     # decode step (roofline.decode_times)
-    flops_base = mul(2.0, c["params_active"], out=t("flops_base"))
-    four_Ld = mul(4.0, L, out=t("four_Ld"))
-    four_Ld *= d
-    decode_flops = mul(four_Ld, ctx, out=t("decode_flops"))
+    two_Ld = mul(two_L, d, out=new(n))
+    free(two_L)
+    four_Ld = mul(two_Ld, 2.0, out=new(n))    # (4L) d = 2 ((2L) d) bit for bit (a power of 2)
+    flops_base = mul(2.0, c["params_active"], out=new(n))
+    decode_flops = mul(four_Ld, ctx, out=new(n))
     np.add(flops_base, decode_flops, out=decode_flops)
-    t_mem = div(read_micro, nS, out=t("t_mem"))
-    kv_read = mul(micro, kv_seq, out=t("kv_read"))
+    div(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
+    free(four_Ld)
+    intensity = mul(b, decode_flops, out=out["arithmetic_intensity"])
+    read_all = np.add(read_batch, b_kv, out=new(n))
+    intensity /= read_all
+    free(read_all, b_kv)
+    free_read(read_batch)
+    t_mem = div(read_micro, nS, out=new(n))
+    free_read(read_micro)
+    kv_read = mul(micro, kv_seq, out=new(n))
     kv_read *= kv_fraction
     t_mem += kv_read
-    bw_eff = mul(c["bandwidth_bytes_per_s"], p["memory_efficiency"], out=t("bw_eff"))
+    free(kv_read, kv_fraction)
+    bw_eff = mul(c["bandwidth_bytes_per_s"], p["memory_efficiency"], out=new(n))
     t_mem /= bw_eff
+    free(bw_eff)
     peak = c["peak_flops_per_s"]
-    t_comp = mul(micro, decode_flops, out=t("t_comp"))
-    comp_rate = mul(nS, peak, out=t("comp_rate"))
+    t_comp = mul(micro, decode_flops, out=new(n))
+    free(decode_flops)
+    comp_rate = mul(nS, peak, out=new(n))
     comp_rate *= p["compute_efficiency"]
     t_comp /= comp_rate
-    t_comm = comm(micro, "t_comm")
+    free(comp_rate)
+    t_comm = comm(micro)
     t_comm /= pp
-    stage = np.maximum(t_mem, t_comp, out=t("stage"))
+    stage = np.maximum(t_mem, t_comp, out=new(n))
     stage += t_comm
     tpot = mul(pp, stage, out=out["tpot_s"])
-    tpot += hop(micro)
+    free(stage)
+    hops = hop(micro)
+    tpot += hops
+    free(hops, micro)
     tpot += p["step_overhead_s"]
     mul(pp, t_mem, out=out["t_mem_s"])
     mul(pp, t_comp, out=out["t_comp_s"])
     mul(pp, t_comm, out=out["t_comm_s"])
-    _pick(_BOUND_LABELS, _BOUND_OCTETS, np.greater_equal(t_mem, t_comp, out=t("memory_bound").view(bool)[:n]), out["bound"])
+    free(t_comm)
+    _pick(_BOUND_LABELS, _BOUND_OCTETS, np.greater_equal(t_mem, t_comp, out=flags("memory_bound")), out["bound"])
+    free(t_mem, t_comp)
     # prefill (roofline.prefill_time_s)
-    p_comp = mul(two_L, d, out=t("p_comp"))
-    p_comp *= pt
+    p_comp = mul(two_Ld, pt, out=new(n))
+    free(two_Ld)
     p_comp += flops_base
+    free(flops_base)
     p_comp *= pt
-    p_rate = mul(tp, peak, out=t("p_rate"))
+    p_rate = mul(tp, peak, out=new(n))
     p_rate *= p["compute_efficiency"]
     p_comp /= scaled(p_rate, p["prefill_compute_factor"])
-    p_bw = mul(tp, c["bandwidth_bytes_per_s"], out=t("p_bw"))
-    p_bw *= p["memory_efficiency"]
-    p_mem = div(read_prompt, p_bw, out=p_bw)
+    free(p_rate)
+    p_mem = mul(tp, c["bandwidth_bytes_per_s"], out=new(n))
+    p_mem *= p["memory_efficiency"]
+    div(read_prompt, p_mem, out=p_mem)
+    free_read(read_prompt)
     prefill = np.maximum(p_comp, p_mem, out=out["prefill_s"])
-    prefill += comm(pt, "p_comm")
-    prefill += hop(pt)
-    # intensities, queue, latencies, economics
-    intensity = mul(b, decode_flops, out=out["arithmetic_intensity"])
-    read_all = np.add(read_batch, b_kv, out=t("read_all"))
-    intensity /= read_all
-    div(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
+    free(p_comp, p_mem)
+    p_comm = comm(pt)
+    prefill += p_comm
+    free(p_comm, coeff, tau, two_L_on)
+    hops = hop(pt)
+    prefill += hops
+    free(hops, stages_m1, dense_read)
+    # latencies, economics
     div(peak, c["bandwidth_bytes_per_s"], out=out["ridge_point"])
     throughput = div(b, tpot, out=out["throughput_tokens_per_s"])
     wait = out["queue_wait_s"]
@@ -340,9 +388,11 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     div(weights, kv_seq, out=out["b_knee"])
     if usd is not None:
         cost = mul(nS, usd, out=out["usd_per_million_tokens"])
-        hours = mul(throughput, SECONDS_PER_HOUR, out=t("hours"))
+        hours = mul(throughput, SECONDS_PER_HOUR, out=new(n))
         cost /= hours
         cost *= TOKENS_PER_MILLION
+        free(hours)
+    free(nS)
 
 
 def _broadcast(value, n: int) -> np.ndarray:
