@@ -3,17 +3,22 @@
 :func:`evaluate_rows` returns exactly what :func:`planner.serving.evaluate.evaluate_reference`
 (the plain composition of :mod:`planner.serving.memory`, :mod:`planner.serving.roofline`
 and :mod:`planner.serving.economics`) returns for one-dimensional dense-layout inputs, bit
-for bit (``tests/test_serving.py``): every output is computed by the same float64
-operations in the same order, and only the work around them changes:
+for bit (``tests/test_serving.py``, ``tests/serving/``): every output is computed by the
+same float64 operations in the same order, or by ones proven to give the same bits (a
+product by 2, an expert power at a capped token count), and only the work around them
+changes:
 
 * every shared intermediate once per block (weights, KV per sequence and per GPU, decode
   FLOPs per token, the link terms' coefficients), the outputs written in place into
   preallocated arrays (no per-block copies);
-* the terms that apply to few rows (MoE expert reads, sliding windows, MLA's replicated
-  latent, GPUs without a scale-up link) computed on those rows only, the others taking
-  the value the general expression gives them exactly (``1 - 1**x = 0``, ``x + 0 = x``);
-* selections by a 0/1 factor or a small table instead of ``where`` where the selected
-  values are finite (``where`` on an unordered mask costs 3-8 times a multiply).
+* the terms that apply to few rows (MoE expert reads, MLA's replicated latent, GPUs
+  without a scale-up link) computed on those rows only, the others taking the value the
+  general expression gives them exactly (``1 - 1**x = 0``, ``x + 0 = x``);
+* selections by a 0/1 factor or a 2-entry table picked 8 rows per index instead of
+  ``where`` where the selected values are finite (``where`` on an unordered mask costs
+  3-8 times a multiply);
+* temporaries from the thread's LIFO pool (:class:`planner.serving.buffers.Scratch`),
+  each given back once dead, so that the next one lands in a buffer still in cache.
 """
 
 from __future__ import annotations
@@ -393,12 +398,6 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
         cost *= TOKENS_PER_MILLION
         free(hours)
     free(nS)
-
-
-def _broadcast(value, n: int) -> np.ndarray:
-    """``value`` as a writable array of ``n`` elements (a fresh array unless it is one)."""
-    value = np.asarray(value, dtype=float)
-    return value if value.shape == (n,) else np.full(n, value)
 
 
 def _link_latency(kind, p: dict, out: np.ndarray, fast_rows: np.ndarray):
