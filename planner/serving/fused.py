@@ -5,7 +5,7 @@
 and :mod:`planner.serving.economics`) returns for one-dimensional dense-layout inputs, bit
 for bit (``tests/test_serving.py``, ``tests/serving/``): every output is computed by the
 same float64 operations in the same order, or by ones proven to give the same bits (a
-product by 2, an expert power at a capped token count), and only the work around them
+factor of 2 moved, an expert power at a capped token count), and only the work around them
 changes:
 
 * every shared intermediate once per block (weights, KV per sequence and per GPU, decode
@@ -275,9 +275,8 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
     coeff = np.subtract(tp, 1.0, out=new(n))
-    mul(2.0, coeff, out=coeff)
     div(coeff, tp, out=coeff)
-    coeff *= a
+    coeff *= mul(2.0, a)      # (2 (N-1) / N) a = ((N-1) / N) (2a) bit for bit (2 is a power of 2)
     tau = _link_latency(c["link_kind"], p, new(n), flags("fast_rows"))
     two_L = mul(2.0, L, out=new(n))
     multi = np.greater(tp, 1, out=flags("multi"))
