@@ -42,16 +42,46 @@ def staggered(rows: int, slot: int, dtype=float, zero: bool = False) -> np.ndarr
 
 
 class Scratch:
-    """A thread's temporaries for blocks of at most ``rows`` rows, one buffer per name,
-    allocated on first use (staggered) and reused afterwards."""
+    """A thread's temporaries for blocks of at most ``rows`` rows, allocated on first use
+    (staggered) and reused afterwards: one buffer per name (:meth:`__call__`), and a pool
+    (:meth:`new`, :meth:`free`) that lends the buffer freed last first, the one most likely
+    still in the CPU cache (a pass whose output lands in cache runs about 1.5x faster)."""
 
     def __init__(self, rows: int):
         self.rows = rows
         self._named: dict[str, np.ndarray] = {}
+        self._pool: list[np.ndarray] = []      # every pool buffer
+        self._free: list[np.ndarray] = []      # those not lent, the last freed at the end
+        self._lent: dict[int, np.ndarray] = {}  # id of a lent view -> its buffer
+
+    def _staggered(self) -> np.ndarray:
+        return staggered(self.rows, len(self._named) + len(self._pool))
 
     def __call__(self, name: str, n: int) -> np.ndarray:
         """The buffer of ``name``, its first ``n`` elements (its content: what was left)."""
         buf = self._named.get(name)
         if buf is None:
-            buf = self._named[name] = staggered(self.rows, len(self._named))
+            buf = self._named[name] = self._staggered()
         return buf[:n]
+
+    def new(self, n: int) -> np.ndarray:
+        """A pool buffer's first ``n`` elements (content: what was left), lent until :meth:`free`."""
+        if self._free:
+            buf = self._free.pop()
+        else:
+            buf = self._staggered()
+            self._pool.append(buf)
+        view = buf[:n]
+        self._lent[id(view)] = buf
+        return view
+
+    def free(self, *views: np.ndarray) -> None:
+        """Give back views lent by :meth:`new` (each once; KeyError otherwise)."""
+        for view in views:
+            self._free.append(self._lent.pop(id(view)))
+
+    def reset(self) -> None:
+        """Every pool buffer back (what a block did not free)."""
+        self._lent.clear()
+        if len(self._free) != len(self._pool):
+            self._free = list(self._pool)

@@ -3,20 +3,27 @@
 :func:`evaluate_rows` returns exactly what :func:`planner.serving.evaluate.evaluate_reference`
 (the plain composition of :mod:`planner.serving.memory`, :mod:`planner.serving.roofline`
 and :mod:`planner.serving.economics`) returns for one-dimensional dense-layout inputs, bit
-for bit (``tests/test_serving.py``): every output is computed by the same float64
-operations in the same order, and only the work around them changes:
+for bit (``tests/test_serving.py``, ``tests/serving/``): every output is computed by the
+same float64 operations in the same order, or by ones proven to give the same bits (a
+factor of 2 moved, an expert power at a capped token count), and only the work around them
+changes:
 
 * every shared intermediate once per block (weights, KV per sequence and per GPU, decode
   FLOPs per token, the link terms' coefficients), the outputs written in place into
   preallocated arrays (no per-block copies);
-* the terms that apply to few rows (MoE expert reads, sliding windows, MLA's replicated
-  latent, GPUs without a scale-up link) computed on those rows only, the others taking
-  the value the general expression gives them exactly (``1 - 1**x = 0``, ``x + 0 = x``);
-* selections by a 0/1 factor or a small table instead of ``where`` where the selected
-  values are finite (``where`` on an unordered mask costs 3-8 times a multiply).
+* the terms that apply to few rows (MoE expert reads, MLA's replicated latent, GPUs
+  without a scale-up link) computed on those rows only, the others taking the value the
+  general expression gives them exactly (``1 - 1**x = 0``, ``x + 0 = x``);
+* selections by a 0/1 factor or a 2-entry table picked 8 rows per index instead of
+  ``where`` where the selected values are finite (``where`` on an unordered mask costs
+  3-8 times a multiply);
+* temporaries from the thread's LIFO pool (:class:`planner.serving.buffers.Scratch`),
+  each given back once dead, so that the next one lands in a buffer still in cache.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -24,11 +31,13 @@ from planner.serving.arrays import LINK_FAST, ConfigArrays, scaled
 from planner.serving.buffers import Scratch, staggered
 from planner.serving.parallel import run_in_threads
 from planner.serving.params import ServingParams
-from planner.serving.roofline import saturation_tokens
+from planner.serving.roofline import SATURATED_LOG_MISS
 from planner.units import SECONDS_PER_HOUR, TOKENS_PER_MILLION
 
 #: Labels of the decode bound, indexed by ``memory_bound`` (a take is 2-3x faster than where).
 _BOUND_LABELS = np.array(["compute", "memory"])
+#: Row ``v``: the 8 bits of the byte ``v``, most significant first (``np.packbits`` order).
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1)
 
 #: The outputs, in the order of :func:`planner.serving.evaluate.evaluate_reference`.
 _KEYS = ("weights_bytes", "weights_bytes_per_gpu", "kv_bytes_per_token", "kv_bytes_per_seq",
@@ -53,8 +62,8 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     """:func:`planner.serving.evaluate.evaluate` of ``rows`` configurations, every input a
     scalar or an array of ``rows`` elements, in blocks of ``block_rows`` rows computed by
     ``threads`` threads (:mod:`planner.serving.parallel`; the same numbers for any count)."""
-    columns = {name: getattr(c, name) for name in c.__dataclass_fields__}
-    params = p.as_dict()
+    columns = _sliced({name: getattr(c, name) for name in c.__dataclass_fields__})
+    params = _sliced(p.as_dict())
     # staggered (:mod:`planner.serving.buffers`); zero-filled from the allocator: the expert
     # read fraction of dense rows and, without users, every queue wait are exactly 0
     float_keys = _FLOAT_KEYS + (("usd_per_million_tokens",) if usd_per_gpu_hour is not None else ())
@@ -72,8 +81,8 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
         with np.errstate(divide="ignore", invalid="ignore"):   # per thread (a context variable)
             for start in starts:
                 cut = slice(start, min(rows, start + block_rows))
-                _block({k: _cut(v, cut) for k, v in columns.items()}, {k: _cut(v, cut) for k, v in params.items()},
-                       _cut(users, cut), _cut(usd_per_gpu_hour, cut), {k: v[cut] for k, v in out.items()}, scratch)
+                _block(columns(cut), params(cut), _cut(users, cut), _cut(usd_per_gpu_hour, cut),
+                       {k: v[cut] for k, v in out.items()}, scratch)
 
     run_in_threads(work, min(threads, -(-rows // block_rows)))
     return {key: out[key] for key in _KEYS + tuple(k for k in out if k not in _KEYS)}
@@ -81,6 +90,19 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
 
 def _cut(value, cut: slice):
     return value[cut] if value is not None and np.ndim(value) == 1 else value
+
+
+def _sliced(values: dict):
+    """A function of a row slice that gives ``values`` there (arrays cut, scalars as they
+    are): which entries are arrays is decided once per call, not once per block."""
+    arrays = [(k, v) for k, v in values.items() if v is not None and np.ndim(v) == 1]
+
+    def at(cut: slice) -> dict:
+        got = dict(values)
+        for k, v in arrays:
+            got[k] = v[cut]
+        return got
+    return at
 
 
 def _at(value, rows):
@@ -92,138 +114,192 @@ def _few(mask, n: int) -> np.ndarray | None:
     """Positions among ``n`` rows where ``mask`` holds, or None where it holds nowhere."""
     if np.ndim(mask) == 0:
         return np.arange(n) if mask else None
-    rows = np.flatnonzero(mask)
+    rows = mask.nonzero()[0]
     return rows if rows.size else None
 
 
-def _expert_fraction(miss, saturated, tokens) -> np.ndarray:
-    """1 - miss^tokens on MoE rows (roofline.expert_read_fraction), the power taken only
-    where the result is not exactly 1.0 (``tokens > saturated``,
-    :func:`planner.serving.roofline.saturation_tokens`)."""
-    m = miss.size
-    tokens = _broadcast(tokens, m)
-    out = np.ones(m)
-    pending = _few(~(tokens > saturated), m)
-    if pending is not None:
-        out[pending] = 1.0 - miss[pending] ** tokens[pending]
+def _moe_reads(moe, c: dict, per_stage, micro, expert_bytes, dense_read, fraction, scratch: Scratch):
+    """The weight reads at the micro-batch, the batch and the prompt (roofline.weight_read_bytes:
+    ``dense + experts x (1 - miss^tokens)``), each ``dense_read`` but on the MoE rows ``moe``,
+    computed on those rows only (three buffers lent by ``scratch``); the expert read fraction
+    at b/S into ``fraction``.
+
+    The power is taken on every MoE row, at ``min(tokens, cap)`` (:func:`_token_cap`): the
+    same fraction, without the subnormal powers (4-6x slower) of saturated rows."""
+    m, n = moe.size, dense_read.shape[0]
+    new = scratch.new
+
+    def at(value):
+        got = new(m)
+        if np.ndim(value):
+            return np.take(value, moe, out=got)
+        got[...] = value
+        return got
+
+    miss = at(c["num_experts"])
+    np.maximum(miss, 1, out=miss)
+    k = at(c["experts_per_token"])
+    np.divide(k, miss, out=miss)
+    np.subtract(1.0, miss, out=miss)
+    cap = _token_cap(miss, k)
+    stage_tokens = at(per_stage)
+    stage = _missed(miss, stage_tokens, cap, new(m))
+    fraction[moe] = stage
+    eb, base = at(expert_bytes), at(dense_read)
+    part = new(m)
+
+    def read(f):
+        got = _copy(dense_read, new(n))
+        np.multiply(eb, f, out=part)
+        np.add(part, base, out=part)
+        got[moe] = part
+        return got
+
+    tokens = at(micro)        # b/S but where b < S
+    todo = _few(tokens != stage_tokens, m)
+    if todo is not None:
+        stage[todo] = 1.0 - miss[todo] ** np.minimum(tokens[todo], cap[todo])
+    read_micro = read(stage)                  # the fraction at b/S is already written
+    batch = at(c["batch"])
+    read_batch = read(_missed(miss, batch, cap, batch))
+    prompt = at(c["prompt_tokens"])
+    read_prompt = read(_missed(miss, prompt, cap, prompt))
+    scratch.free(miss, k, stage_tokens, stage, eb, base, part, tokens, batch, prompt)
+    return read_micro, read_batch, read_prompt
+
+
+def _copy(value, out):
+    out[...] = value
     return out
+
+
+def _token_cap(miss, out):
+    """Per row, a token count above which ``1 - miss^tokens`` is exactly 1.0, at least 1:
+    ``max(SATURATED_LOG_MISS / ln miss, 1)`` (roofline.saturation_tokens; +inf where ``ln
+    miss`` is 0, positive or NaN, so that the power is taken as it is there). At the cap,
+    ``miss^cap`` is about 2^-60 (a cap of 1: ``miss`` below 2^-60), and ``1 - x`` for any
+    ``0 <= x < 2^-54`` rounds to 1.0 in float64: powers at ``min(tokens, cap)`` give the
+    reference's fractions bit for bit, none of them subnormal."""
+    np.log(miss, out=out)
+    np.fmin(out, -np.finfo(float).tiny, out=out)          # NaN (miss < 0): -tiny, a cap of +inf
+    np.divide(SATURATED_LOG_MISS, out, out=out)            # -tiny: +inf (an overflow)
+    return np.maximum(out, 1.0, out=out)
+
+
+def _missed(miss, tokens, cap, out):
+    """1 - miss^tokens into ``out`` (roofline.expert_read_fraction on MoE rows), the power at
+    ``min(tokens, cap)`` (:func:`_token_cap`; the same numbers)."""
+    np.minimum(tokens, cap, out=out)                       # NaN tokens stay NaN
+    np.power(miss, out, out=out)
+    return np.subtract(1.0, out, out=out)
 
 
 def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     """One block of :func:`evaluate_rows`: results into the views ``out``, temporaries in
-    ``scratch`` (the thread's buffers, :mod:`planner.serving.buffers`)."""
+    ``scratch`` (the thread's buffers, :mod:`planner.serving.buffers`), each temporary given
+    back to its pool once dead (the next one reuses it while it is in cache); the
+    independent quantities are computed in an order that ends their temporaries early."""
     L, d, tp, pp, b, ctx = (c["n_layers"], c["hidden_size"], c["tp"], c["pp"], c["batch"],
                             c["context_tokens"])
     w, link = c["weight_bytes_per_param"], c["link_bytes_per_s"]
     n = out["tpot_s"].shape[0]
+    scratch.reset()
+    new, free = scratch.new, scratch.free
 
-    def t(name):
-        return scratch(name, n)
+    def flags(name):
+        return scratch(name, n).view(bool)[:n]
 
     mul, div = np.multiply, np.divide
-    nS = mul(tp, pp, out=t("nS"))
+    nS = mul(tp, pp, out=new(n))
     # memory.py: weights, KV per token / sequence / GPU, budget, concurrency
     weights = mul(c["params_total"], w, out=out["weights_bytes"])
     wpg = div(weights, nS, out=out["weights_bytes_per_gpu"])
-    per_layer = mul(c["kv_elems_per_token_layer"], c["kv_bytes_per_element"], out=t("per_layer"))
-    L_kv = mul(L, c["kv_elems_per_token_layer"], out=t("L_kv"))
+    budget = mul(p["gpu_memory_utilization"], c["memory_bytes"], out=out["kv_budget_bytes_per_gpu"])
+    budget -= wpg
+    budget -= p["workspace_bytes"]
+    per_layer = mul(c["kv_elems_per_token_layer"], c["kv_bytes_per_element"], out=new(n))
+    L_kv = mul(L, c["kv_elems_per_token_layer"], out=new(n))
     kv_token = mul(L_kv, c["kv_bytes_per_element"], out=out["kv_bytes_per_token"])
-    span = mul(L, ctx, out=t("span"))  # (L - L_w) ctx + L_w min(ctx, window) = L ctx where L_w = 0
-    windowed = _few(c["window_layers"] > 0, n)
-    if windowed is not None:
-        wl, ctx_w = _at(c["window_layers"], windowed), _at(ctx, windowed)
-        span[windowed] = (_at(L, windowed) - wl) * ctx_w + wl * np.minimum(ctx_w, _at(c["window_tokens"], windowed))
+    free(L_kv)
+    # (L - L_w) ctx + L_w min(ctx, window) on every row: 5 passes cost less than finding the
+    # windowed rows and gathering their columns
+    span = np.subtract(L, c["window_layers"], out=new(n))
+    span *= ctx
+    in_window = np.minimum(ctx, c["window_tokens"], out=new(n))
+    in_window *= c["window_layers"]
+    span += in_window
+    free(in_window)
     kv_seq = mul(per_layer, span, out=out["kv_bytes_per_seq"])
-    heads = div(c["n_kv_heads"], tp, out=t("heads"))
+    free(span, per_layer)
+    heads = div(c["n_kv_heads"], tp, out=new(n))
     np.ceil(heads, out=heads)
     div(heads, c["n_kv_heads"], out=heads)
     replicated = _few(~(c["kv_split_by_tp"] > 0), n)   # MLA's latent: whole on every TP rank
     if replicated is not None:
         heads[replicated] = 1.0
-    kv_fraction = div(L, pp, out=t("kv_fraction"))
+    kv_fraction = div(L, pp, out=new(n))
     np.ceil(kv_fraction, out=kv_fraction)
     div(kv_fraction, L, out=kv_fraction)
     kv_fraction *= heads
-    budget = mul(p["gpu_memory_utilization"], c["memory_bytes"], out=out["kv_budget_bytes_per_gpu"])
-    budget -= wpg
-    budget -= p["workspace_bytes"]
-    kv_per_gpu = mul(kv_seq, kv_fraction, out=t("kv_per_gpu"))
-    b_kv = mul(b, kv_seq, out=t("b_kv"))        # also the KV term of the arithmetic intensity
-    kv_needed = mul(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
+    free(heads)
+    kv_per_gpu = mul(kv_seq, kv_fraction, out=new(n))
     concurrency = div(budget, kv_per_gpu, out=out["max_concurrency"])
-    holds = np.greater(kv_per_gpu, 0.0, out=t("holds").view(bool)[:n])
+    holds = np.greater(kv_per_gpu, 0.0, out=flags("holds"))
+    free(kv_per_gpu)
     if not holds.all():     # no KV per sequence (rare): unbounded
         concurrency[~holds] = np.inf
     np.floor(concurrency, out=concurrency)
     np.maximum(concurrency, 0.0, out=concurrency)
+    b_kv = mul(b, kv_seq, out=new(n))        # also the KV term of the arithmetic intensity
+    kv_needed = mul(b_kv, kv_fraction, out=out["kv_bytes_needed_per_gpu"])
     np.logical_and(budget > 0, kv_needed <= budget, out=out["fits"])
     # roofline.py: MoE expert reads on MoE rows only (elsewhere the read is the dense part)
-    expert_bytes = mul(c["routed_expert_params"], w, out=t("expert_bytes"))
-    dense_read = np.subtract(weights, expert_bytes, out=t("dense_read"))
+    expert_bytes = mul(c["routed_expert_params"], w, out=new(n))
+    dense_read = np.subtract(weights, expert_bytes, out=new(n))
     moe = _few(c["num_experts"] > 0, n)
-    per_stage = div(b, pp, out=t("per_stage"))
-    micro = np.minimum(b, 1.0, out=t("micro"))
+    per_stage = div(b, pp, out=new(n))
+    micro = np.minimum(b, 1.0, out=new(n))
     np.maximum(per_stage, micro, out=micro)
     pt = c["prompt_tokens"]
     if moe is None:         # the expert read fraction stays 0 (zero-filled)
         read_micro = read_prompt = read_batch = dense_read
     else:
-        m = moe.size
-        experts = _at(c["num_experts"], moe)
-        miss = _broadcast(1.0 - _at(c["experts_per_token"], moe) / np.maximum(experts, 1), m)
-        saturated = saturation_tokens(miss)
-        stage_tokens = _broadcast(_at(per_stage, moe), m)
-        fraction = out["expert_read_fraction"]
-        fraction[moe] = _expert_fraction(miss, saturated, stage_tokens)
-        eb, base = _at(expert_bytes, moe), _at(dense_read, moe)
-        # at b/S tokens on every row: dense rows read no expert (x 0), MoE rows base + eb f
-        read_stage = mul(expert_bytes, fraction, out=t("read_stage"))
-        np.add(dense_read, read_stage, out=read_stage)
+        read_micro, read_batch, read_prompt = _moe_reads(
+            moe, c, per_stage, micro, expert_bytes, dense_read, out["expert_read_fraction"], scratch)
+    free(per_stage, expert_bytes)
 
-        def read(name, tokens):
-            """The weight read at ``tokens`` per row: the one at b/S, except on the MoE
-            rows where ``tokens`` differ (the micro-batch where b < S, the batch where S > 1)."""
-            tokens = _broadcast(_at(tokens, moe), m)
-            todo = _few(tokens != stage_tokens, m)
-            if todo is None:
-                return read_stage
-            got = t(name)
-            got[...] = read_stage
-            got[moe[todo]] = base[todo] + eb[todo] * _expert_fraction(miss[todo], saturated[todo], tokens[todo])
-            return got
+    def free_read(read):    # a read of MoE rows (dense_read itself is given back last)
+        if read is not dense_read:
+            free(read)
 
-        read_micro, read_batch = read("read_micro", micro), read("read_batch", b)
-        read_prompt = t("read_prompt")
-        read_prompt[...] = dense_read
-        read_prompt[moe] = base + eb * _expert_fraction(miss, saturated, _at(pt, moe))
     # the TP all-reduce and PP hand-off terms (roofline.tp_comm_time_s, pp_hop_time_s)
     a = p["activation_bytes"]
-    coeff = np.subtract(tp, 1.0, out=t("coeff"))
-    mul(2.0, coeff, out=coeff)
+    coeff = np.subtract(tp, 1.0, out=new(n))
     div(coeff, tp, out=coeff)
-    coeff *= a
-    tau = _link_latency(c["link_kind"], p, t("tau"))
-    two_L = mul(2.0, L, out=t("two_L"))
-    multi = np.greater(tp, 1, out=t("multi").view(bool)[:n])
-    two_L_on = mul(two_L, multi, out=t("two_L_on"))   # (2L y) x 0/1 = (2L x 0/1) y for y >= 0, inf, NaN
+    coeff *= mul(2.0, a)      # (2 (N-1) / N) a = ((N-1) / N) (2a) bit for bit (2 is a power of 2)
+    tau = _link_latency(c["link_kind"], p, new(n), flags("fast_rows"))
+    two_L = mul(2.0, L, out=new(n))
+    multi = np.greater(tp, 1, out=flags("multi"))
+    two_L_on = mul(two_L, multi, out=new(n))   # (2L y) x 0/1 = (2L x 0/1) y for y >= 0, inf, NaN
     no_link = _few(~(link > 0), n)
     hop_lat = p["pipeline_hop_latency_s"]
-    stages_m1 = np.subtract(pp, 1.0, out=t("stages_m1"))
+    stages_m1 = np.subtract(pp, 1.0, out=new(n))
 
-    def comm(tokens, name):
-        transfer = mul(coeff, tokens, out=t("transfer"))
+    def comm(tokens):
+        transfer = mul(coeff, tokens, out=new(n))
         transfer *= d
         transfer /= link
         if no_link is not None:
             transfer[no_link] = np.inf
         transfer += tau
-        got = mul(two_L_on, transfer, out=t(name))
+        got = mul(two_L_on, transfer, out=new(n))
+        free(transfer)
         if no_link is not None:   # inf * 0 is NaN: the reference's where there
             got[no_link] = np.where(_at(multi, no_link), _at(got, no_link), 0.0)
         return got
 
     def hop(tokens):
-        transfer = mul(a, tokens, out=t("transfer"))
+        transfer = mul(a, tokens, out=new(n))
         transfer *= d
         transfer /= link
         if no_link is not None:
@@ -233,52 +309,75 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
         return transfer
 
     # decode step (roofline.decode_times)
-    flops_base = mul(2.0, c["params_active"], out=t("flops_base"))
-    four_Ld = mul(4.0, L, out=t("four_Ld"))
-    four_Ld *= d
-    decode_flops = mul(four_Ld, ctx, out=t("decode_flops"))
+    two_Ld = mul(two_L, d, out=new(n))
+    free(two_L)
+    four_Ld = mul(two_Ld, 2.0, out=new(n))    # (4L) d = 2 ((2L) d) bit for bit (a power of 2)
+    flops_base = mul(2.0, c["params_active"], out=new(n))
+    decode_flops = mul(four_Ld, ctx, out=new(n))
     np.add(flops_base, decode_flops, out=decode_flops)
-    t_mem = div(read_micro, nS, out=t("t_mem"))
-    kv_read = mul(micro, kv_seq, out=t("kv_read"))
+    div(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
+    free(four_Ld)
+    intensity = mul(b, decode_flops, out=out["arithmetic_intensity"])
+    read_all = np.add(read_batch, b_kv, out=new(n))
+    intensity /= read_all
+    free(read_all, b_kv)
+    free_read(read_batch)
+    t_mem = div(read_micro, nS, out=new(n))
+    free_read(read_micro)
+    kv_read = mul(micro, kv_seq, out=new(n))
     kv_read *= kv_fraction
     t_mem += kv_read
-    bw_eff = mul(c["bandwidth_bytes_per_s"], p["memory_efficiency"], out=t("bw_eff"))
+    free(kv_read, kv_fraction)
+    bw_eff = mul(c["bandwidth_bytes_per_s"], p["memory_efficiency"], out=new(n))
     t_mem /= bw_eff
+    free(bw_eff)
     peak = c["peak_flops_per_s"]
-    t_comp = mul(micro, decode_flops, out=t("t_comp"))
-    comp_rate = mul(nS, peak, out=t("comp_rate"))
+    t_comp = mul(micro, decode_flops, out=new(n))
+    free(decode_flops)
+    comp_rate = mul(nS, peak, out=new(n))
     comp_rate *= p["compute_efficiency"]
     t_comp /= comp_rate
-    t_comm = comm(micro, "t_comm")
+    free(comp_rate)
+    t_comm = comm(micro)
     t_comm /= pp
-    stage = np.maximum(t_mem, t_comp, out=t("stage"))
+    stage = np.maximum(t_mem, t_comp, out=new(n))
     stage += t_comm
     tpot = mul(pp, stage, out=out["tpot_s"])
-    tpot += hop(micro)
+    free(stage)
+    hops = hop(micro)
+    tpot += hops
+    free(hops, micro)
     tpot += p["step_overhead_s"]
     mul(pp, t_mem, out=out["t_mem_s"])
     mul(pp, t_comp, out=out["t_comp_s"])
     mul(pp, t_comm, out=out["t_comm_s"])
-    _BOUND_LABELS.take(np.greater_equal(t_mem, t_comp).view(np.uint8), out=out["bound"], mode="clip")
+    free(t_comm)
+    memory_bound = np.greater_equal(t_mem, t_comp, out=flags("memory_bound"))
+    _pick(_BOUND_LABELS, _BOUND_OCTETS, memory_bound, out["bound"])
+    free(t_mem, t_comp)
     # prefill (roofline.prefill_time_s)
-    p_comp = mul(two_L, d, out=t("p_comp"))
-    p_comp *= pt
+    p_comp = mul(two_Ld, pt, out=new(n))
+    free(two_Ld)
     p_comp += flops_base
+    free(flops_base)
     p_comp *= pt
-    p_rate = mul(tp, peak, out=t("p_rate"))
+    p_rate = mul(tp, peak, out=new(n))
     p_rate *= p["compute_efficiency"]
     p_comp /= scaled(p_rate, p["prefill_compute_factor"])
-    p_bw = mul(tp, c["bandwidth_bytes_per_s"], out=t("p_bw"))
-    p_bw *= p["memory_efficiency"]
-    p_mem = div(read_prompt, p_bw, out=p_bw)
+    free(p_rate)
+    p_mem = mul(tp, c["bandwidth_bytes_per_s"], out=new(n))
+    p_mem *= p["memory_efficiency"]
+    div(read_prompt, p_mem, out=p_mem)
+    free_read(read_prompt)
     prefill = np.maximum(p_comp, p_mem, out=out["prefill_s"])
-    prefill += comm(pt, "p_comm")
-    prefill += hop(pt)
-    # intensities, queue, latencies, economics
-    intensity = mul(b, decode_flops, out=out["arithmetic_intensity"])
-    read_all = np.add(read_batch, b_kv, out=t("read_all"))
-    intensity /= read_all
-    div(four_Ld, kv_token, out=out["kv_arithmetic_intensity"])
+    free(p_comp, p_mem)
+    p_comm = comm(pt)
+    prefill += p_comm
+    free(p_comm, coeff, tau, two_L_on)
+    hops = hop(pt)
+    prefill += hops
+    free(hops, stages_m1, dense_read)
+    # latencies, economics
     div(peak, c["bandwidth_bytes_per_s"], out=out["ridge_point"])
     throughput = div(b, tpot, out=out["throughput_tokens_per_s"])
     wait = out["queue_wait_s"]
@@ -294,22 +393,49 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     div(weights, kv_seq, out=out["b_knee"])
     if usd is not None:
         cost = mul(nS, usd, out=out["usd_per_million_tokens"])
-        hours = mul(throughput, SECONDS_PER_HOUR, out=t("hours"))
+        hours = mul(throughput, SECONDS_PER_HOUR, out=new(n))
         cost /= hours
         cost *= TOKENS_PER_MILLION
+        free(hours)
+    free(nS)
 
 
-def _broadcast(value, n: int) -> np.ndarray:
-    """``value`` as a writable array of ``n`` elements (a fresh array unless it is one)."""
-    value = np.asarray(value, dtype=float)
-    return value if value.shape == (n,) else np.full(n, value)
-
-
-def _link_latency(kind, p: dict, out: np.ndarray):
+def _link_latency(kind, p: dict, out: np.ndarray, fast_rows: np.ndarray):
     """roofline.allreduce_latency_s into ``out``: NVLink-class links vs PCIe/Ethernet (a
     table lookup when both latencies are scalars)."""
     fast, slow = p["allreduce_latency_nvlink_s"], p["allreduce_latency_pcie_s"]
     if np.ndim(fast) or np.ndim(slow) or not np.ndim(kind):
         out[...] = np.where(kind == LINK_FAST, fast, slow)
         return out
-    return np.array([slow, fast]).take((kind == LINK_FAST).view(np.uint8), mode="clip", out=out)
+    return _pick(*_latency_table(float(slow), float(fast)), np.equal(kind, LINK_FAST, out=fast_rows), out)
+
+
+@functools.lru_cache(maxsize=16)
+def _latency_table(slow: float, fast: float) -> tuple[np.ndarray, np.ndarray]:
+    """The all-reduce latencies by ``link_kind == LINK_FAST`` and their octets (:func:`_pick`)."""
+    table = np.array([slow, fast])
+    return table, _octets(table)
+
+
+def _pick(table: np.ndarray, octets: np.ndarray, mask: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``table[mask]`` (a table of 2 entries, a boolean mask) into ``out``, 8 rows at a time:
+    the mask packed into bytes indexes ``octets`` (:func:`_octets` of ``table``), so that the
+    take moves 8 entries per index (a take's cost is per index: 3-4x less this way)."""
+    n = mask.shape[0]
+    head = n - n % 8
+    if head:
+        octets.take(np.packbits(mask[:head]), out=out[:head].view(octets.dtype), mode="clip")
+    if head < n:
+        table.take(mask[head:].view(np.uint8), out=out[head:], mode="clip")
+    return out
+
+
+def _octets(table: np.ndarray) -> np.ndarray:
+    """The 256 octets of a 2-entry table: octet ``v`` holds, for each bit of ``v`` (most
+    significant first), entry 1 where it is set, else entry 0; one ``void`` element each."""
+    table = table[_BYTE_BITS]
+    return table.view(np.dtype((np.void, 8 * table.itemsize))).reshape(256)
+
+
+#: :data:`_BOUND_LABELS` by octets of rows (:func:`_pick`).
+_BOUND_OCTETS = _octets(_BOUND_LABELS)

@@ -96,3 +96,22 @@ def test_fused_pass_equals_the_reference_with_scalar_columns(edge_rows):
             got = ev.evaluate_rows(c, ServingParams(), np.full(n, 9.0), 2.0, rows=n, block_rows=5, threads=2)
         for key in ref:
             assert np.asarray(got[key]).tobytes() == np.broadcast_to(ref[key], (n,)).tobytes(), (columns[0], key)
+
+
+def test_scratch_pool_lends_the_buffer_freed_last_first():
+    scratch = Scratch(64)
+    a, b = scratch.new(64), scratch.new(10)
+    assert a.shape == (64,) and b.shape == (10,) and not np.shares_memory(a, b)
+    assert _page_offset(a) != _page_offset(b)
+    named = scratch("x", 64)                      # named buffers and the pool never share
+    assert not np.shares_memory(named, a) and not np.shares_memory(named, b)
+    scratch.free(a, b)
+    again = scratch.new(5)                        # b was freed last
+    assert again.ctypes.data == b.ctypes.data
+    assert scratch.new(64).ctypes.data == a.ctypes.data
+    with pytest.raises(KeyError):
+        scratch.free(a)                           # a view not lent now
+    c = scratch.new(64)                           # a third buffer, never freed
+    scratch.reset()                               # a new block: every buffer back
+    lent = {scratch.new(64).ctypes.data for _ in range(3)}
+    assert lent == {a.ctypes.data, b.ctypes.data, c.ctypes.data}
