@@ -21,11 +21,28 @@ def seed_queue_wait_s(users, batch, prefill_s, output_tokens, tpot_s) -> np.ndar
         return np.where(rounds > 0, rounds * (prefill_s + output_tokens * tpot_s), 0.0)
 
 
-#: Rows per block when many configurations are evaluated: one block's intermediates stay
-#: in the CPU cache, which makes the same element-wise arithmetic 2-3x faster on 1M rows
-#: (``benchmarks/bench_serving.py``; 16384 rows: 10 % faster than 8192 with the fused pass,
-#: whose per-block cost is ~150 numpy calls); the numbers are those of one pass.
+#: Rows per block, at least, when many configurations are evaluated: one block's
+#: intermediates stay in the CPU cache, which makes the same element-wise arithmetic 2-3x
+#: faster on 1M rows (``benchmarks/bench_serving.py``; 16384 rows: 10 % faster than 8192
+#: with the fused pass, whose per-block cost is ~150 numpy calls); the numbers are those
+#: of one pass, whatever the block size.
 BLOCK_ROWS = 16384
+#: Rows per block, at most (:func:`block_rows`). With two threads the Python between a
+#: block's ~150 numpy calls holds the GIL, so fewer, larger blocks pay off even where their
+#: intermediates leave the per-core L2 cache (issue 19, 1M rows, 2 threads on the 2-core
+#: development machine, 2 alternating runs each: 9.1-9.4 M configurations/s at 16384 rows
+#: per block, 10.3-12.6 at 32768, 11.1-13.1 at 65536, 11.5-12.3 at 131072; one thread
+#: within its noise, 6-8 M/s at every size).
+MAX_BLOCK_ROWS = 65536
+#: Blocks per thread, at least, that :func:`block_rows` leaves when it enlarges blocks (the
+#: threads share the blocks; more than one each evens out their ends).
+BLOCKS_PER_THREAD = 2
+
+
+def block_rows(rows: int, threads: int) -> int:
+    """Rows per block of :func:`evaluate` on ``rows`` rows and ``threads`` threads: the rows
+    split into ``BLOCKS_PER_THREAD`` blocks per thread, within [BLOCK_ROWS, MAX_BLOCK_ROWS]."""
+    return int(min(MAX_BLOCK_ROWS, max(BLOCK_ROWS, -(-rows // (BLOCKS_PER_THREAD * max(threads, 1))))))
 
 
 def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=None) -> dict:
@@ -49,7 +66,7 @@ def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=Non
     Notes
     -----
     One-dimensional inputs (every input a scalar or an array of one length) are evaluated
-    block by block of ``BLOCK_ROWS`` rows by the fused pass of :mod:`planner.serving.fused`
+    block by block (:func:`block_rows` rows each) by the fused pass of :mod:`planner.serving.fused`
     (same float64 arithmetic, element by element), which computes shared intermediates
     once and equals :func:`evaluate_reference` bit for bit; other inputs (broadcast in
     several dimensions, or an expert-parallel / attention-DP layout) by the reference.
@@ -59,7 +76,8 @@ def evaluate(c: ConfigArrays, p: ServingParams, users=None, usd_per_gpu_hour=Non
     rows = _block_rows(c, p, users, usd_per_gpu_hour)
     if rows is None:        # inputs broadcast in more than one dimension
         return evaluate_reference(c, p, users, usd_per_gpu_hour)
-    return evaluate_rows(c, p, users, usd_per_gpu_hour, rows, BLOCK_ROWS, thread_count())
+    threads = thread_count()
+    return evaluate_rows(c, p, users, usd_per_gpu_hour, rows, block_rows(rows, threads), threads)
 
 
 def _block_rows(c: ConfigArrays, p: ServingParams, users, usd) -> int | None:

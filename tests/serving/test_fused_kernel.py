@@ -33,3 +33,17 @@ def test_pick_by_octets_equals_the_two_entry_take(n):
         out = np.empty(n, table.dtype)
         assert fused._pick(table, fused._octets(table), mask, out) is out
         assert out.tobytes() == table.take(mask.view(np.uint8)).tobytes()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 8])
+@pytest.mark.parametrize("rows", [1, 16384, 74_880, 200_000, 1_000_000, 10_000_000])
+def test_block_rows_within_bounds_and_leaving_blocks_to_every_thread(rows, threads):
+    """Blocks of [BLOCK_ROWS, MAX_BLOCK_ROWS] rows; between the bounds, exactly
+    BLOCKS_PER_THREAD blocks per thread (hand values: 74,880 rows on 2 threads -> 18,720)."""
+    from planner.serving import evaluate as ev
+
+    block = ev.block_rows(rows, threads)
+    assert ev.BLOCK_ROWS <= block <= ev.MAX_BLOCK_ROWS
+    if ev.BLOCK_ROWS < block < ev.MAX_BLOCK_ROWS:
+        assert -(-rows // block) == ev.BLOCKS_PER_THREAD * threads
+    assert ev.block_rows(74_880, 2) == 18_720 and ev.block_rows(1_000_000, 2) == ev.MAX_BLOCK_ROWS
