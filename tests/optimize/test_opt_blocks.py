@@ -81,6 +81,19 @@ def test_ranking_by_blocks_finds_the_whole_models_plans_in_order(seed, fraction,
         assert any(f.forced for f in by_blocks)
 
 
+def _record_proofs(cutseq, monkeypatch) -> list:
+    """The ``one_support`` flag of every :func:`finish_solve` call of ``cutseq``, as it runs."""
+    flags = []
+    finish = cutseq.finish_solve
+
+    def recording(built, phase, options, *, one_support=False):
+        flags.append(one_support)
+        return finish(built, phase, options, one_support=one_support)
+
+    monkeypatch.setattr(cutseq, "finish_solve", recording)
+    return flags
+
+
 @pytest.mark.parametrize("seed, split", [(0, True), (2, True), (5, False), (1, False)])
 def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monkeypatch):
     """CutSequence takes each uniqueness proof's other-sets half from the next cost solve (on
@@ -91,14 +104,7 @@ def test_looked_ahead_proofs_give_the_plans_of_separate_proofs(seed, split, monk
     inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
     if not split:
         monkeypatch.setattr(alternatives, "split_model", lambda built: None)
-    flags = []
-    finish = cutseq.finish_solve
-
-    def recording(built, phase, options, *, one_support=False):
-        flags.append(one_support)
-        return finish(built, phase, options, one_support=one_support)
-
-    monkeypatch.setattr(cutseq, "finish_solve", recording)
+    flags = _record_proofs(cutseq, monkeypatch)
     ahead = plan_alternatives(inst, 5, FAST, face_limit=6)
     assert any(flags) != split              # some proofs on one deployed set; blocks look nothing ahead
     solve = cutseq.CutSequence.solve
@@ -124,14 +130,7 @@ def test_no_look_ahead_after_the_last_plan_and_the_same_plans(seed, fraction, mo
 
     inst = multi_model_instance(seed, redundancy_workloads=("m0w0",) if seed % 2 else ())
     monkeypatch.setattr(alternatives, "split_model", lambda built: None)
-    flags = []
-    finish = cutseq.finish_solve
-
-    def recording(built, phase, options, *, one_support=False):
-        flags.append(one_support)
-        return finish(built, phase, options, one_support=one_support)
-
-    monkeypatch.setattr(cutseq, "finish_solve", recording)
+    flags = _record_proofs(cutseq, monkeypatch)
     found = plan_alternatives(inst, 3, FAST, face_limit=2, min_load_fraction=fraction)
     assert len(found) >= 2 and flags[-1] is False and flags[0] is False      # the first looks nothing ahead
     predicted = list(flags)
