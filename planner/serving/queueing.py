@@ -39,8 +39,8 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
 
 
 #: Share of the rows at which a second SLO pair's state (its occupancies differ from the
-#: first pair's there) is computed on every row rather than on those rows (taking ~50
-#: columns and merging costs more than the few rows more; the numbers are the same).
+#: first pair's there) is computed on every row rather than on those rows (taking the
+#: rows' step model and merging costs more than the few rows more; the numbers are the same).
 FULL_STATE_SHARE = 0.9
 #: Rows per thread below which the capacity bisection does not share its rows between
 #: threads (:mod:`planner.serving.parallel`): shorter numpy calls leave the GIL-held
