@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from planner.optimize.blocks import emitted, split_model
+from planner.optimize.bounded import bounded_search
 from planner.optimize.instance import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel, build_model
 from planner.optimize.nextplan import FIRST, LOADED, PLAIN, BlockSearch, WholeModelSearch
@@ -118,8 +119,11 @@ def plan_alternatives(instance: PlanningInstance, k: int, options: SolverOptions
     later = (replace(options, num_workers=max(1, min(options.num_workers, workers)))
              if options.prove_unique_plan and options.canonical_routing else options)
     blocks = split_model(built)
-    search = (WholeModelSearch(emitted(built), options, later, min_load_fraction) if blocks is None
-              else BlockSearch(built, blocks, options, later, min_load_fraction))
+    if blocks is not None:
+        search = BlockSearch(built, blocks, options, later, min_load_fraction)
+    else:
+        search = (bounded_search(built, options, later, min_load_fraction)
+                  or WholeModelSearch(emitted(built), options, later, min_load_fraction))
     forced = False
     found: list[FoundPlan] = []
     optimum: float | None = None

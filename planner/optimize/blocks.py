@@ -88,10 +88,16 @@ def emitted(built: BuiltModel) -> BuiltModel:
     from its data (the model :func:`build_model` emits)."""
     if built.model is not None:
         return built
+    return restricted(built, np.arange(len(built.replicas)))
+
+
+def restricted(built: BuiltModel, pos: np.ndarray) -> BuiltModel:
+    """The whole model's rows (every workload, the budget and the distinct-configuration
+    limit) over the candidates at positions ``pos`` only: the others held at 0 replicas
+    (:mod:`planner.optimize.bounded`)."""
     inst = built.instance
     budget = None if inst.budget_usd_per_hour is None else limit_cost_units(inst.budget_usd_per_hour)
-    return _restricted(built, np.arange(len(built.replicas)), budget, inst.max_distinct_configs,
-                       built.workloads)
+    return _restricted(built, pos, budget, inst.max_distinct_configs, built.workloads)
 
 
 def _restricted(built: BuiltModel, pos: np.ndarray, budget_units: int | None = None,

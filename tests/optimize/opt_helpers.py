@@ -60,3 +60,65 @@ def tie_instance() -> PlanningInstance:
                             index=cands.index)
     rate = pd.Series({"chat": 7.0, "rag": 5.0})
     return PlanningInstance(cands, capacity, rate)
+
+
+def pooled(rows):
+    """Candidates from (id, role, pool format, gpu, gpus, price, capacity per workload) rows."""
+    ids = [r[0] for r in rows]
+    cands = pd.DataFrame({"gpu": [r[3] for r in rows], "gpus_per_replica": [r[4] for r in rows],
+                          "usd_per_replica_hour": [r[5] for r in rows], "model": "m",
+                          "quantization": [r[2].split("/")[0] for r in rows],
+                          "kv_cache_dtype": [r[2].split("/")[1] for r in rows],
+                          "role": [r[1] for r in rows]}, index=pd.Index(ids, name="candidate_id"))
+    cap = pd.DataFrame([list(r[6]) for r in rows], index=cands.index,
+                       columns=[f"w{k}" for k in range(len(rows[0][6]))], dtype=float)
+    return cands, cap
+
+
+def with_random_limits(rng, cands, cap, rate, inventory) -> PlanningInstance:
+    """The instance with random slices, g1 inventory (chance, low, high), distinct-config,
+    N+1 and budget limits."""
+    chance, low, high = inventory
+    opts = {"slices_per_workload": int(rng.integers(1, 4))} if rng.random() < 0.5 else {}
+    if rng.random() < chance:
+        opts["inventory_gpus"] = {"g1": int(rng.integers(low, high))}
+    if rng.random() < 0.3:
+        opts["max_distinct_configs"] = int(rng.integers(2, 4))
+    if rng.random() < 0.3:
+        opts["redundancy_workloads"] = ("w0",)
+    if rng.random() < 0.2:
+        opts["budget_usd_per_hour"] = float(rng.integers(8, 30))
+    return PlanningInstance(cands, cap, rate, **opts)
+
+
+def random_pooled_instance(seed):
+    """Prefill/decode pools of one model (a pool is often a cheaper or stronger copy of
+    another) plus aggregated candidates, with random limits."""
+    rng = np.random.default_rng(2000 + seed)
+    m = int(rng.integers(1, 3))
+    base = [(role, str(rng.choice(["g1", "g2"])), int(rng.integers(1, 3)), float(rng.integers(2, 6)),
+             rng.integers(0, 6, size=m).astype(float)) for role in ("prefill", "decode")
+            for _ in range(int(rng.integers(1, 3)))]
+    rows = []
+    for pool in ("bf16/bf16", "fp16/fp16", "bf16/fp8", "int8/fp8")[:int(rng.integers(2, 5))]:
+        shift = int(rng.integers(-1, 3))   # -1: a stronger copy of the base pool, 0: mixed, 1-2: weaker
+        for n, (role, gpu, g, price, cap) in enumerate(base):
+            if shift > 0:
+                cap = np.maximum(cap - rng.integers(0, 2, size=m), 0)
+                price = price + 0.5 * int(rng.integers(0, 2))
+            elif shift < 0:
+                cap = cap + rng.integers(0, 2, size=m)
+                price = price - 0.5 * int(rng.integers(0, 2))
+            elif rng.random() < 0.5:
+                cap = np.maximum(cap + rng.integers(-1, 2, size=m), 0)
+                price = price + 0.5 * int(rng.integers(-1, 2))
+            else:
+                gpu, price = str(rng.choice(["g1", "g2"])), float(rng.integers(2, 6))
+                cap = rng.integers(0, 6, size=m)
+            rows.append((f"{pool}-{role}-{n}", role, pool, gpu, g, max(price, 1.0), cap))
+    for n in range(int(rng.integers(0, 3))):
+        rows.append((f"agg-{n}", "both", "bf16/bf16", str(rng.choice(["g1", "g2"])), 1,
+                     float(rng.integers(3, 9)), rng.integers(0, 4, size=m)))
+    cands, cap = pooled(rows)
+    rate = pd.Series(rng.integers(1, 7, size=m).astype(float), index=cap.columns)
+    return with_random_limits(rng, cands, cap, rate, inventory=(0.3, 0, 8))

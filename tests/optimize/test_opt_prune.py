@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 import pytest
-from opt_helpers import FAST
+from opt_helpers import FAST, pooled, random_pooled_instance, with_random_limits
 
 from planner.optimize import (PlanningInstance, SolveStatus, build_model, prune_dominated, read_plan,
                               run_solver)
@@ -63,23 +63,10 @@ def test_random_pruning_cases_actually_prune():
     assert sum(len(build_model(_random(s)).pruned) > 0 for s in range(20)) >= 10
 
 
-def _pooled(rows):
-    """Candidates from (id, role, pool format, gpu, gpus, price, capacity per workload) rows."""
-    ids = [r[0] for r in rows]
-    cands = pd.DataFrame({"gpu": [r[3] for r in rows], "gpus_per_replica": [r[4] for r in rows],
-                          "usd_per_replica_hour": [r[5] for r in rows], "model": "m",
-                          "quantization": [r[2].split("/")[0] for r in rows],
-                          "kv_cache_dtype": [r[2].split("/")[1] for r in rows],
-                          "role": [r[1] for r in rows]}, index=pd.Index(ids, name="candidate_id"))
-    cap = pd.DataFrame([list(r[6]) for r in rows], index=cands.index,
-                       columns=[f"w{k}" for k in range(len(rows[0][6]))], dtype=float)
-    return cands, cap
-
-
 def test_pool_rules():
     from planner.optimize.prune import NO_PARTNER, prune_dominated_pools
 
-    cands, cap = _pooled([
+    cands, cap = pooled([
         ("a-p", "prefill", "bf16/bf16", "g", 1, 2.0, [4]), ("a-d", "decode", "bf16/bf16", "g", 1, 1.0, [6]),
         ("b-p", "prefill", "fp16/fp16", "g", 1, 2.0, [4]), ("b-d", "decode", "fp16/fp16", "g", 1, 1.0, [6]),
         ("c-p", "prefill", "bf16/fp8", "g", 1, 2.0, [4]), ("c-d", "decode", "bf16/fp8", "g", 1, 1.0, [9]),
@@ -98,22 +85,6 @@ def test_pool_rules():
     assert same.to_dict() == {"b-d": "a-d", "b-p": "a-p"}
 
 
-def _with_random_limits(rng, cands, cap, rate, inventory) -> PlanningInstance:
-    """The instance with random slices, g1 inventory (chance, low, high), distinct-config,
-    N+1 and budget limits."""
-    chance, low, high = inventory
-    opts = {"slices_per_workload": int(rng.integers(1, 4))} if rng.random() < 0.5 else {}
-    if rng.random() < chance:
-        opts["inventory_gpus"] = {"g1": int(rng.integers(low, high))}
-    if rng.random() < 0.3:
-        opts["max_distinct_configs"] = int(rng.integers(2, 4))
-    if rng.random() < 0.3:
-        opts["redundancy_workloads"] = ("w0",)
-    if rng.random() < 0.2:
-        opts["budget_usd_per_hour"] = float(rng.integers(8, 30))
-    return PlanningInstance(cands, cap, rate, **opts)
-
-
 def _pruned_and_full(inst):
     """The instance solved with and without pruning: the same status and optimum."""
     built = build_model(inst)
@@ -124,51 +95,18 @@ def _pruned_and_full(inst):
     return built, pruned, full
 
 
-def _random_pooled(seed):
-    """Prefill/decode pools of one model (a pool is often a cheaper or stronger copy of
-    another) plus aggregated candidates, with random limits."""
-    rng = np.random.default_rng(2000 + seed)
-    m = int(rng.integers(1, 3))
-    base = [(role, str(rng.choice(["g1", "g2"])), int(rng.integers(1, 3)), float(rng.integers(2, 6)),
-             rng.integers(0, 6, size=m).astype(float)) for role in ("prefill", "decode")
-            for _ in range(int(rng.integers(1, 3)))]
-    rows = []
-    for pool in ("bf16/bf16", "fp16/fp16", "bf16/fp8", "int8/fp8")[:int(rng.integers(2, 5))]:
-        shift = int(rng.integers(-1, 3))   # -1: a stronger copy of the base pool, 0: mixed, 1-2: weaker
-        for n, (role, gpu, g, price, cap) in enumerate(base):
-            if shift > 0:
-                cap = np.maximum(cap - rng.integers(0, 2, size=m), 0)
-                price = price + 0.5 * int(rng.integers(0, 2))
-            elif shift < 0:
-                cap = cap + rng.integers(0, 2, size=m)
-                price = price - 0.5 * int(rng.integers(0, 2))
-            elif rng.random() < 0.5:
-                cap = np.maximum(cap + rng.integers(-1, 2, size=m), 0)
-                price = price + 0.5 * int(rng.integers(-1, 2))
-            else:
-                gpu, price = str(rng.choice(["g1", "g2"])), float(rng.integers(2, 6))
-                cap = rng.integers(0, 6, size=m)
-            rows.append((f"{pool}-{role}-{n}", role, pool, gpu, g, max(price, 1.0), cap))
-    for n in range(int(rng.integers(0, 3))):
-        rows.append((f"agg-{n}", "both", "bf16/bf16", str(rng.choice(["g1", "g2"])), 1,
-                     float(rng.integers(3, 9)), rng.integers(0, 4, size=m)))
-    cands, cap = _pooled(rows)
-    rate = pd.Series(rng.integers(1, 7, size=m).astype(float), index=cap.columns)
-    return _with_random_limits(rng, cands, cap, rate, inventory=(0.3, 0, 8))
-
-
 @pytest.mark.parametrize("seed", range(16))
 def test_pool_pruning_keeps_the_optimum(seed):
-    built, pruned, full = _pruned_and_full(_random_pooled(seed))
+    built, pruned, full = _pruned_and_full(random_pooled_instance(seed))
     if full.status == SolveStatus.OPTIMAL:
         assert not set(read_plan(built, pruned).deployments["candidate_id"]) & set(built.pruned.index)
 
 
 def test_random_pool_cases_actually_prune_pools():
     def across_pools(seed):   # a candidate replaced by one of another pool
-        built = build_model(_random_pooled(seed))
+        built = build_model(random_pooled_instance(seed))
         pool = dict(zip(built.candidates.index, candidate_pools(built.candidates)))
-        mine = candidate_pools(_random_pooled(seed).candidates.loc[built.pruned.index])
+        mine = candidate_pools(random_pooled_instance(seed).candidates.loc[built.pruned.index])
         return any(pool.get(by) not in (None, own) for by, own in zip(built.pruned, mine))
     assert sum(map(across_pools, range(16))) >= 6
 
@@ -176,7 +114,7 @@ def test_random_pool_cases_actually_prune_pools():
 def test_replica_multiple_rules():
     from planner.optimize.prune import prune_replica_multiples
 
-    cands, cap = _pooled([
+    cands, cap = pooled([
         ("a", "prefill", "bf16/bf16", "g", 1, 1.0, [3]), ("b", "prefill", "bf16/bf16", "g", 2, 2.0, [6]),
         ("c", "prefill", "bf16/bf16", "g", 2, 2.0, [7]), ("d", "prefill", "bf16/bf16", "g", 4, 4.0, [12]),
         ("e", "prefill", "bf16/bf16", "g", 4, 3.0, [5]), ("f", "prefill", "bf16/bf16", "h", 2, 2.0, [2]),
@@ -202,9 +140,9 @@ def _random_sized(seed):
             cap = np.floor(g * base[gpu] * rng.uniform(0.75, 1.1, size=m))
             rows.append((f"{role}-{n}", role, "bf16/bf16", gpu, g, g * per_gpu[gpu] + 0.5 * (rng.random() < 0.25),
                          cap))
-    cands, cap = _pooled(rows)
+    cands, cap = pooled(rows)
     rate = pd.Series(rng.integers(2, 10, size=m).astype(float), index=cap.columns)
-    return _with_random_limits(rng, cands, cap, rate, inventory=(0.4, 2, 10))
+    return with_random_limits(rng, cands, cap, rate, inventory=(0.4, 2, 10))
 
 
 @pytest.mark.parametrize("seed", range(16))

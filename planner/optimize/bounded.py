@@ -1,0 +1,121 @@
+"""The ranking's search on the model restricted to the candidates that can be in a cheap plan (issue 19).
+
+:class:`planner.optimize.nextplan.WholeModelSearch` solves the whole model for each plan of
+the ranking, though the plans asked for cost little more than the optimum and most
+candidates cannot appear in any plan that cheap. :class:`BoundedSearch` gives the same
+plans from a smaller model:
+
+- :func:`planner.optimize.lpbound.candidate_lower_bounds` bounds the cost of every plan
+  that deploys candidate j by B_j (one LP for all candidates).
+- For a threshold C, the model restricted to the candidates with B_j <= C has exactly the
+  plans of cost <= C of the whole model, with the same cuts (each cut forbids a set of
+  kept candidates: every plan found so far came from a restricted model with a threshold
+  no larger, whose candidates are all kept). So when the restricted search's canonical
+  optimum costs at most C, it is the whole model's canonical optimum: every plan tied with
+  it in (cost, weighted replica sum), and every plan the tie-break compares, costs <= C too.
+- When the restricted optimum costs more than C, that plan is still a plan of the whole
+  model, so the whole model's optimum costs at most as much: the threshold rises to
+  (1 + :data:`RESTRICTION_HEADROOM`) times its cost, and the same step is solved again on
+  the larger restriction, whose optimum then costs at most the threshold (exact). When the
+  restriction is infeasible or a solve is not proven optimal, the step is solved again with
+  every candidate that some plan can deploy (the whole model's answer, time limit included).
+
+The first threshold is (1 + :data:`RESTRICTION_HEADROOM`) times the LP's own lower bound of
+the optimum. The results carry the whole model's index and combined-objective weight, and
+count the solves that ended above their threshold (``num_solves``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from planner.optimize.blocks import restricted
+from planner.optimize.instance import SolverOptions, SolveStatus
+from planner.optimize.lpbound import candidate_lower_bounds
+from planner.optimize.model import BuiltModel
+from planner.optimize.nextplan import WholeModelSearch
+from planner.optimize.solve import SolveResult
+from planner.optimize.tiebreak import tie_break_weight
+
+#: Relative headroom of each threshold above the cost that set it: the ranking's later plans
+#: usually cost a little more than the optimum, and each plan above the threshold costs one
+#: solve of the restricted model more (issue 19: on the disaggregated llama-3.1-70b
+#: vs-aiconfigurator problem, 5 plans within 8 % of the optimum).
+RESTRICTION_HEADROOM = 0.10
+#: Models with fewer candidates are searched whole (the LP and the restriction cost more
+#: than they save).
+RESTRICTION_MIN_CANDIDATES = 64
+
+
+def bounded_search(built: BuiltModel, options: SolverOptions, later: SolverOptions,
+                   min_load_fraction: float) -> "BoundedSearch | None":
+    """A :class:`BoundedSearch` of ``built`` (emitted or not), or None when the model is small
+    or the LP gives no bounds (then the whole model is searched)."""
+    if len(built.replicas) < RESTRICTION_MIN_CANDIDATES:
+        return None
+    bounds = candidate_lower_bounds(built)
+    if bounds is None:
+        return None
+    return BoundedSearch(built, bounds, options, later, min_load_fraction)
+
+
+class BoundedSearch:
+    """The plans of :class:`WholeModelSearch` of ``built``, from its restrictions (module docstring)."""
+
+    def __init__(self, built: BuiltModel, bounds: np.ndarray, options: SolverOptions, later: SolverOptions,
+                 min_load_fraction: float):
+        self.built, self.bounds = built, bounds
+        self.options, self.later, self.fraction = options, later, min_load_fraction
+        self.weight = tie_break_weight(built)
+        self.found: list[frozenset] = []
+        finite = bounds[np.isfinite(bounds)]
+        base = max(float(finite.min()), 0.0) if len(finite) else math.inf
+        self._restrict(base * (1 + RESTRICTION_HEADROOM))
+
+    def _restrict(self, threshold: float) -> None:
+        """Search the candidates whose bound is at most ``threshold``, with the cuts so far."""
+        self.threshold = threshold
+        keep = np.flatnonzero(self.bounds <= threshold)
+        self.complete = len(keep) == int(np.isfinite(self.bounds).sum())
+        self.sub = restricted(self.built, keep)
+        self.search = WholeModelSearch(self.sub, self.options, self.later, self.fraction)
+        for used in self.found:
+            self.search.forbid(used)
+
+    def next(self, kind: str, last=None) -> SolveResult:
+        """The next plan of ``kind``, as :meth:`WholeModelSearch.next` of the whole model."""
+        start = time.perf_counter()
+        extra = 0
+        while True:
+            result = self.search.next(kind, last=last)
+            cost = (None if result.replicas is None else
+                    int(self.sub.price_units.to_numpy(dtype=object) @ result.replicas.to_numpy(np.int64).astype(object)))
+            exact = result.status == SolveStatus.OPTIMAL and cost <= self.threshold
+            if exact or self.complete:
+                return self._lifted(result, extra, time.perf_counter() - start)
+            extra += int(result.solver_params.get("num_solves", 1))
+            grown = (cost * (1 + RESTRICTION_HEADROOM) if result.status == SolveStatus.OPTIMAL else math.inf)
+            self._restrict(max(grown, self.threshold))
+
+    def forbid(self, used: set) -> None:
+        self.found.append(frozenset(used))
+        self.search.forbid(used)
+
+    def _lifted(self, result: SolveResult, extra: int, wall_time_s: float) -> SolveResult:
+        """``result`` of the restricted model as a result of the whole one."""
+        params = dict(result.solver_params)
+        params["combined_objective_weight"] = self.weight
+        params["num_solves"] = int(params.get("num_solves", 1)) + extra
+        if result.replicas is None:
+            return replace(result, solver_params=params, wall_time_s=wall_time_s)
+        replicas = result.replicas.reindex(self.built.replicas.index, fill_value=0).astype(np.int64)
+        traffic = result.traffic_units.reindex(self.built.traffic.index, fill_value=0).astype(np.int64)
+        return replace(result, solver_params=params, wall_time_s=wall_time_s,
+                       replicas=pd.Series(replicas.to_numpy(), index=self.built.replicas.index, name="replicas"),
+                       traffic_units=pd.Series(traffic.to_numpy(), index=self.built.traffic.index,
+                                               name="traffic_units"))

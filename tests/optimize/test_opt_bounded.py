@@ -1,0 +1,121 @@
+"""Cost bounds per candidate hold for every plan, and the ranking on the bounded restriction
+finds the whole model's plans in the same order."""
+
+import math
+
+import numpy as np
+import pytest
+from opt_helpers import FAST, random_instance, random_pooled_instance
+from ortools.sat.python import cp_model
+
+from planner.optimize import alternatives, bounded, build_model
+from planner.optimize.alternatives import plan_alternatives
+from planner.optimize.lpbound import candidate_lower_bounds
+from planner.optimize.tiebreak import tie_break_weight
+
+INSTANCES = [("aggregated", s) for s in range(12)] + [("pooled", s) for s in range(12)]
+
+
+def _instance(kind: str, seed: int):
+    return random_instance(seed, n_max=6) if kind == "aggregated" else random_pooled_instance(seed)
+
+
+def _least_cost_deploying(built, j: int) -> float | None:
+    """The proven least cost [cost units / h] of a plan with replicas_j >= 1 (None: none exists)."""
+    model = built.model.clone()
+    model.add(built.replicas.iloc[j] >= 1)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_time_in_seconds = 20.0
+    status = solver.solve(model)
+    assert status in (cp_model.OPTIMAL, cp_model.INFEASIBLE)
+    return solver.objective_value if status == cp_model.OPTIMAL else None
+
+
+@pytest.mark.parametrize("kind, seed", INSTANCES)
+def test_bounds_are_below_every_plan_that_deploys_the_candidate(kind, seed):
+    built = build_model(_instance(kind, seed))
+    bounds = candidate_lower_bounds(built)
+    if bounds is None:                    # no multipliers: only for an infeasible LP
+        assert all(_least_cost_deploying(built, j) is None for j in range(len(built.replicas)))
+        return
+    assert len(bounds) == len(built.replicas)
+    for j in range(len(built.replicas)):
+        least = _least_cost_deploying(built, j)
+        if least is None:
+            continue                      # any bound holds (inf included)
+        assert bounds[j] <= least, built.replicas.index[j]
+
+
+def test_bounds_are_tight_enough_to_rule_candidates_out():
+    """On the random pools, the bounds are often above the optimum, and infinite for a
+    candidate whose one replica exceeds its GPU type's inventory."""
+    above = 0
+    for seed in range(12):
+        built = build_model(random_pooled_instance(seed))
+        bounds = candidate_lower_bounds(built)
+        if bounds is None:
+            continue
+        opt = min((c for c in (_least_cost_deploying(built, j) for j in range(len(bounds))) if c is not None),
+                  default=None)
+        if opt is not None:
+            above += int((bounds > opt).sum())
+        assert np.all(np.isinf(bounds[built.replica_upper.to_numpy() < 1]))
+    assert above >= 10
+
+
+def _plan_tables(found):
+    return [(f.plan.deployments.to_dict("list"), f.plan.routing.to_dict("list"), f.optimal_cost, f.admissible,
+             f.forced, f.result.status, f.result.objective_usd_per_hour, f.result.best_bound_usd_per_hour,
+             f.result.solver_params["combined_objective_weight"], f.result.solver_params["proven_unique"])
+            for f in found]
+
+
+@pytest.mark.parametrize("headroom", [0.0, 0.1])
+@pytest.mark.parametrize("kind, seed", INSTANCES[::2])
+def test_bounded_ranking_finds_the_whole_models_plans(kind, seed, headroom, monkeypatch):
+    """Headroom 0: every plan above the first threshold grows the restriction (the step is
+    solved again); 0.1: the default."""
+    inst = _instance(kind, seed)
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    whole = plan_alternatives(inst, 4, FAST, face_limit=4)
+    monkeypatch.setattr(bounded, "RESTRICTION_MIN_CANDIDATES", 0)
+    monkeypatch.setattr(bounded, "RESTRICTION_HEADROOM", headroom)
+    restricted = []
+    real = bounded.BoundedSearch._restrict
+
+    def recording(self, threshold):
+        real(self, threshold)
+        restricted.append(len(self.sub.replicas))
+
+    monkeypatch.setattr(bounded.BoundedSearch, "_restrict", recording)
+    mine = plan_alternatives(inst, 4, FAST, face_limit=4)
+    assert _plan_tables(mine) == _plan_tables(whole)
+    assert restricted or candidate_lower_bounds(build_model(inst, emit=False)) is None
+    if whole:
+        assert mine[0].result.solver_params["combined_objective_weight"] == tie_break_weight(build_model(inst))
+
+
+def test_some_bounded_rankings_grow_and_some_stay_small(monkeypatch):
+    """The cases above exercise both paths: a restriction that holds every plan asked for,
+    and one that grows (headroom 0)."""
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    monkeypatch.setattr(bounded, "RESTRICTION_MIN_CANDIDATES", 0)
+    monkeypatch.setattr(bounded, "RESTRICTION_HEADROOM", 0.0)
+    grown, small = 0, 0
+    real = bounded.BoundedSearch._restrict
+    sizes: list = []
+
+    def recording(self, threshold):
+        real(self, threshold)
+        sizes.append((len(self.sub.replicas), len(self.built.replicas), math.isinf(threshold)))
+
+    monkeypatch.setattr(bounded.BoundedSearch, "_restrict", recording)
+    for kind, seed in INSTANCES[::2]:
+        sizes.clear()
+        plan_alternatives(_instance(kind, seed), 4, FAST, face_limit=4)
+        if not sizes:                     # an infeasible LP: the whole model is searched
+            continue
+        grown += len(sizes) > 1
+        small += sizes[0][0] < sizes[0][1]
+    assert grown >= 2 and small >= 2
