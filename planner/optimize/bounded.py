@@ -15,13 +15,15 @@ plans from a smaller model:
   it in (cost, weighted replica sum), and every plan the tie-break compares, costs <= C too.
 - When the restricted optimum costs more than C, that plan is still a plan of the whole
   model, so the whole model's optimum costs at most as much: the threshold rises to
-  (1 + :data:`RESTRICTION_HEADROOM`) times its cost, and the same step is solved again on
+  (1 + :data:`RESTRICTION_HEADROOM`) times its cost (to its cost alone when the caller's
+  ``last`` says no plan follows one of that cost), and the same step is solved again on
   the larger restriction, whose optimum then costs at most the threshold (exact). When the
   restriction is infeasible or a solve is not proven optimal, the step is solved again with
   every candidate that some plan can deploy (the whole model's answer, time limit included).
 
 The first threshold is (1 + :data:`RESTRICTION_HEADROOM`) times the LP's own lower bound of
-the optimum. The results carry the whole model's index and combined-objective weight, and
+the optimum, raised to keep at least :data:`RESTRICTION_LEAST_CANDIDATES` candidates; a
+model that this would not halve is searched whole. The results carry the whole model's index and combined-objective weight, and
 count the solves that ended above their threshold (``num_solves``).
 """
 
@@ -47,9 +49,19 @@ from planner.optimize.tiebreak import tie_break_weight
 #: solve of the restricted model more (issue 19: on the disaggregated llama-3.1-70b
 #: vs-aiconfigurator problem, 5 plans within 8 % of the optimum).
 RESTRICTION_HEADROOM = 0.10
+#: The first restriction keeps at least this many candidates (those of the least bounds): the
+#: LP bound of the optimum is often 10-20 % below it on aggregated models, and a larger first
+#: model costs less than growing it (issue 19: the vs-aiconfigurator problems keep 8-28
+#: candidates at the optimum's cost and 18-40 at the fifth plan's).
+RESTRICTION_LEAST_CANDIDATES = 40
 #: Models with fewer candidates are searched whole (the LP and the restriction cost more
 #: than they save).
 RESTRICTION_MIN_CANDIDATES = 64
+#: The model is searched whole when the first restriction would keep more than this share
+#: of its candidates (issue 19: on the 77-88-candidate aggregated vs-aiconfigurator models a
+#: restriction to 40 saved nothing within the noise; on the disaggregated ones, 326 and 139
+#: candidates, it saved 3-5x of the ranking's CPU time).
+RESTRICTION_MAX_SHARE = 0.5
 
 
 def bounded_search(built: BuiltModel, options: SolverOptions, later: SolverOptions,
@@ -61,21 +73,32 @@ def bounded_search(built: BuiltModel, options: SolverOptions, later: SolverOptio
     bounds = candidate_lower_bounds(built)
     if bounds is None:
         return None
-    return BoundedSearch(built, bounds, options, later, min_load_fraction)
+    threshold = first_threshold(bounds)
+    if np.count_nonzero(bounds <= threshold) > RESTRICTION_MAX_SHARE * len(bounds):
+        return None
+    return BoundedSearch(built, bounds, threshold, options, later, min_load_fraction)
+
+
+def first_threshold(bounds: np.ndarray) -> float:
+    """The first restriction's threshold: (1 + :data:`RESTRICTION_HEADROOM`) times the least
+    bound (the LP's bound of the optimum), raised to keep :data:`RESTRICTION_LEAST_CANDIDATES`."""
+    finite = np.sort(bounds[np.isfinite(bounds)])
+    if not len(finite):
+        return math.inf
+    least = finite[min(RESTRICTION_LEAST_CANDIDATES, len(finite)) - 1]
+    return max(float(finite[0]) * (1 + RESTRICTION_HEADROOM), float(least))
 
 
 class BoundedSearch:
     """The plans of :class:`WholeModelSearch` of ``built``, from its restrictions (module docstring)."""
 
-    def __init__(self, built: BuiltModel, bounds: np.ndarray, options: SolverOptions, later: SolverOptions,
-                 min_load_fraction: float):
+    def __init__(self, built: BuiltModel, bounds: np.ndarray, threshold: float, options: SolverOptions,
+                 later: SolverOptions, min_load_fraction: float):
         self.built, self.bounds = built, bounds
         self.options, self.later, self.fraction = options, later, min_load_fraction
         self.weight = tie_break_weight(built)
         self.found: list[frozenset] = []
-        finite = bounds[np.isfinite(bounds)]
-        base = max(float(finite.min()), 0.0) if len(finite) else math.inf
-        self._restrict(base * (1 + RESTRICTION_HEADROOM))
+        self._restrict(threshold)
 
     def _restrict(self, threshold: float) -> None:
         """Search the candidates whose bound is at most ``threshold``, with the cuts so far."""
@@ -99,7 +122,12 @@ class BoundedSearch:
             if exact or self.complete:
                 return self._lifted(result, extra, time.perf_counter() - start)
             extra += int(result.solver_params.get("num_solves", 1))
-            grown = (cost * (1 + RESTRICTION_HEADROOM) if result.status == SolveStatus.OPTIMAL else math.inf)
+            if result.status != SolveStatus.OPTIMAL:
+                grown = math.inf
+            elif last is not None and last(result.objective_usd_per_hour):
+                grown = cost            # no plan after this one: the least exact threshold
+            else:
+                grown = cost * (1 + RESTRICTION_HEADROOM)
             self._restrict(max(grown, self.threshold))
 
     def forbid(self, used: set) -> None:

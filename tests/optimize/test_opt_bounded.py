@@ -71,6 +71,36 @@ def _plan_tables(found):
             for f in found]
 
 
+def _restrict_tiny_models(monkeypatch, headroom: float) -> None:
+    """The bounded search on the tests' models of a few candidates, from the least bound."""
+    for name, value in (("RESTRICTION_MIN_CANDIDATES", 0), ("RESTRICTION_LEAST_CANDIDATES", 1),
+                        ("RESTRICTION_MAX_SHARE", 1.0), ("RESTRICTION_HEADROOM", headroom)):
+        monkeypatch.setattr(bounded, name, value)
+
+
+def test_first_threshold_and_when_the_model_is_searched_whole(monkeypatch):
+    bounds = np.array([5.0, np.inf, 1.0, 3.0, 2.0, 4.0])
+    monkeypatch.setattr(bounded, "RESTRICTION_HEADROOM", 0.5)
+    monkeypatch.setattr(bounded, "RESTRICTION_LEAST_CANDIDATES", 2)
+    assert bounded.first_threshold(bounds) == 2.0          # the two least bounds
+    monkeypatch.setattr(bounded, "RESTRICTION_LEAST_CANDIDATES", 1)
+    assert bounded.first_threshold(bounds) == 1.5          # 1.5 x the least bound
+    monkeypatch.setattr(bounded, "RESTRICTION_LEAST_CANDIDATES", 9)
+    assert bounded.first_threshold(bounds) == 5.0          # every finite bound
+    assert bounded.first_threshold(np.array([np.inf])) == np.inf
+    # a first restriction that keeps more than RESTRICTION_MAX_SHARE: the whole model
+    inst = random_pooled_instance(0)
+    built = build_model(inst, emit=False)
+    monkeypatch.setattr(bounded, "RESTRICTION_MIN_CANDIDATES", 0)
+    monkeypatch.setattr(bounded, "RESTRICTION_MAX_SHARE", 1.0)
+    assert bounded.bounded_search(built, FAST, FAST, 0.05) is not None
+    monkeypatch.setattr(bounded, "RESTRICTION_MAX_SHARE", 0.0)
+    assert bounded.bounded_search(built, FAST, FAST, 0.05) is None
+    monkeypatch.setattr(bounded, "RESTRICTION_MAX_SHARE", 1.0)
+    monkeypatch.setattr(bounded, "RESTRICTION_MIN_CANDIDATES", len(built.replicas) + 1)
+    assert bounded.bounded_search(built, FAST, FAST, 0.05) is None
+
+
 @pytest.mark.parametrize("headroom", [0.0, 0.1])
 @pytest.mark.parametrize("kind, seed", INSTANCES[::2])
 def test_bounded_ranking_finds_the_whole_models_plans(kind, seed, headroom, monkeypatch):
@@ -79,8 +109,7 @@ def test_bounded_ranking_finds_the_whole_models_plans(kind, seed, headroom, monk
     inst = _instance(kind, seed)
     monkeypatch.setattr(alternatives, "split_model", lambda built: None)
     whole = plan_alternatives(inst, 4, FAST, face_limit=4)
-    monkeypatch.setattr(bounded, "RESTRICTION_MIN_CANDIDATES", 0)
-    monkeypatch.setattr(bounded, "RESTRICTION_HEADROOM", headroom)
+    _restrict_tiny_models(monkeypatch, headroom)
     restricted = []
     real = bounded.BoundedSearch._restrict
 
@@ -100,8 +129,7 @@ def test_some_bounded_rankings_grow_and_some_stay_small(monkeypatch):
     """The cases above exercise both paths: a restriction that holds every plan asked for,
     and one that grows (headroom 0)."""
     monkeypatch.setattr(alternatives, "split_model", lambda built: None)
-    monkeypatch.setattr(bounded, "RESTRICTION_MIN_CANDIDATES", 0)
-    monkeypatch.setattr(bounded, "RESTRICTION_HEADROOM", 0.0)
+    _restrict_tiny_models(monkeypatch, 0.0)
     grown, small = 0, 0
     real = bounded.BoundedSearch._restrict
     sizes: list = []
