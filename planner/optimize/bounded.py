@@ -34,7 +34,6 @@ import time
 from dataclasses import replace
 
 import numpy as np
-import pandas as pd
 
 from planner.optimize.blocks import restricted
 from planner.optimize.instance import SolverOptions, SolveStatus
@@ -66,8 +65,9 @@ RESTRICTION_MAX_SHARE = 0.5
 
 def bounded_search(built: BuiltModel, options: SolverOptions, later: SolverOptions,
                    min_load_fraction: float) -> "BoundedSearch | None":
-    """A :class:`BoundedSearch` of ``built`` (emitted or not), or None when the model is small
-    or the LP gives no bounds (then the whole model is searched)."""
+    """A :class:`BoundedSearch` of ``built`` (emitted or not), or None (then the whole model is
+    searched) when the model is small, the LP gives no bounds or the first restriction would
+    keep more than :data:`RESTRICTION_MAX_SHARE` of the candidates."""
     if len(built.replicas) < RESTRICTION_MIN_CANDIDATES:
         return None
     bounds = candidate_lower_bounds(built)
@@ -141,9 +141,7 @@ class BoundedSearch:
         params["num_solves"] = int(params.get("num_solves", 1)) + extra
         if result.replicas is None:
             return replace(result, solver_params=params, wall_time_s=wall_time_s)
-        replicas = result.replicas.reindex(self.built.replicas.index, fill_value=0).astype(np.int64)
-        traffic = result.traffic_units.reindex(self.built.traffic.index, fill_value=0).astype(np.int64)
+        index, pairs = self.built.replicas.index, self.built.traffic.index
         return replace(result, solver_params=params, wall_time_s=wall_time_s,
-                       replicas=pd.Series(replicas.to_numpy(), index=self.built.replicas.index, name="replicas"),
-                       traffic_units=pd.Series(traffic.to_numpy(), index=self.built.traffic.index,
-                                               name="traffic_units"))
+                       replicas=result.replicas.reindex(index, fill_value=0).astype(np.int64),
+                       traffic_units=result.traffic_units.reindex(pairs, fill_value=0).astype(np.int64))

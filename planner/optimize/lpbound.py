@@ -31,6 +31,7 @@ deploys j, for all j at once. A safety margin (:data:`BOUND_MARGIN`) absorbs flo
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -44,27 +45,32 @@ BOUND_MARGIN = 1e-9
 
 
 class _Rows:
-    """The LP's rows as coordinate lists, with their senses and right-hand sides."""
+    """The LP's rows as coordinate lists, with their lower and upper sides."""
 
     def __init__(self):
         self.row: list[np.ndarray] = []
         self.col: list[np.ndarray] = []
         self.val: list[np.ndarray] = []
-        self.lo: list[float] = []
-        self.hi: list[float] = []
+        self.lo: list[np.ndarray] = []
+        self.hi: list[np.ndarray] = []
+        self.count = 0
 
     def add(self, cols, vals, lo: float, hi: float) -> None:
+        """One row: ``lo <= sum vals * x[cols] <= hi``."""
         cols = np.asarray(cols, dtype=np.int64)
-        self.row.append(np.full(len(cols), len(self.lo), dtype=np.int64))
-        self.col.append(cols)
+        self.block(np.zeros(len(cols), dtype=np.int64), cols, vals, np.array([lo]), np.array([hi]))
+
+    def block(self, rows: np.ndarray, cols: np.ndarray, vals, lo: np.ndarray, hi: np.ndarray) -> None:
+        """``len(lo)`` rows at once; ``rows`` numbers each entry's row from 0 within the block."""
+        self.row.append(rows + self.count)
+        self.col.append(np.asarray(cols, dtype=np.int64))
         self.val.append(np.asarray(vals, dtype=float))
         self.lo.append(lo)
         self.hi.append(hi)
+        self.count += len(lo)
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        cat = (lambda parts, dtype: np.concatenate(parts) if parts else np.zeros(0, dtype=dtype))
-        return (cat(self.row, np.int64), cat(self.col, np.int64), cat(self.val, float),
-                np.array(self.lo, dtype=float), np.array(self.hi, dtype=float))
+        return tuple(np.concatenate(parts) for parts in (self.row, self.col, self.val, self.lo, self.hi))
 
 
 def candidate_lower_bounds(built: BuiltModel) -> np.ndarray | None:
@@ -86,51 +92,76 @@ def candidate_lower_bounds(built: BuiltModel) -> np.ndarray | None:
     from ortools.linear_solver import pywraplp
 
     n = len(built.replicas)
-    pairs = built.traffic.index
-    m = len(pairs)
     if n == 0:
         return np.zeros(0)
-    ids = built.replicas.index
+    lp = _relaxation(built)
+    solver = pywraplp.Solver.CreateSolver("GLOP")
+    if solver is None:
+        return None
+    variables = [solver.NumVar(float(a), float(b), "") for a, b in zip(lp.lower_box, lp.upper_box)]
+    constraints = [solver.Constraint(-solver.infinity() if a == -math.inf else a, b) for a, b in zip(lp.lo, lp.hi)]
+    for row, col, val in zip(lp.row.tolist(), lp.col.tolist(), lp.val.tolist()):
+        constraints[row].SetCoefficient(variables[col], val)
+    objective = solver.Objective()
+    for j in range(n):
+        objective.SetCoefficient(variables[j], float(lp.cost[j]))
+    objective.SetMinimization()
+    if solver.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    return _deploying_bounds(lp, np.array([con.dual_value() for con in constraints], dtype=float), n)
+
+
+@dataclass(frozen=True, eq=False)
+class _Relaxation:
+    """The LP ``min cost . x`` s.t. ``lo <= A x <= hi``, ``lower_box <= x <= upper_box``, A in
+    coordinates (``row``, ``col``, ``val``); variables y (0..n-1), use (n..2n-1), x (2n..)."""
+
+    row: np.ndarray
+    col: np.ndarray
+    val: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    cost: np.ndarray
+    lower_box: np.ndarray
+    upper_box: np.ndarray
+
+
+def _relaxation(built: BuiltModel) -> _Relaxation:
+    """The LP relaxation of ``built``'s model with the rows of the module docstring."""
+    ids, pairs = built.replicas.index, built.traffic.index
+    n, m = len(ids), len(pairs)
     owner = ids.get_indexer(pairs.get_level_values("candidate_id"))
     workload = np.asarray(pairs.get_level_values("workload"), dtype=object)
-    coef = built.load_coef.to_numpy(float)
-    units = built.load_units_per_replica.reindex(ids).to_numpy(float)
-    upper = built.replica_upper.reindex(ids).to_numpy(float)
+    coef = built.load_coef.to_numpy(np.int64)
+    units = built.load_units_per_replica.reindex(ids).to_numpy(np.int64)
+    upper = built.replica_upper.reindex(ids).to_numpy(np.int64)
     price = built.price_units.reindex(ids).to_numpy(float)
     q = {w: float(v) for w, v in built.traffic_units.items()}
-    # the traffic variables' upper bounds, as the CP-SAT model sets them
-    hi_x = np.array([min(q[w], float((int(units[j]) * int(upper[j])) // int(c)) if c > 0 else q[w])
-                     for j, w, c in zip(owner, workload, coef)], dtype=float)
-    # variables: replicas y (0..n-1), use (n..2n-1), traffic x (2n..2n+m-1)
+    # the traffic variables' upper bounds, as the CP-SAT model sets them (coefficients are > 0)
+    hi_x = np.minimum(np.array([q[w] for w in workload], dtype=float),
+                      ((units[owner] * upper[owner]) // coef).astype(float))
     y_at, use_at, x_at = np.arange(n), n + np.arange(n), 2 * n + np.arange(m)
-    lower_box = np.zeros(2 * n + m)
-    upper_box = np.concatenate([upper, np.minimum(upper, 1.0), hi_x])
-    cost = np.concatenate([price, np.zeros(n + m)])
 
-    rows = _Rows()
-    inf = math.inf
+    rows, inf = _Rows(), math.inf
     cands = built.candidates.reindex(ids)
-    role = candidate_roles(cands)[owner]
-    pool = candidate_pools(cands)[owner]
+    role, pool = candidate_roles(cands)[owner], candidate_pools(cands)[owner]
     for name in built.workloads:
         mine = workload == name
         served = np.flatnonzero(mine & (role != "decode"))
-        rows.add(x_at[served], np.ones(len(served)), q[name], q[name])
-        for key in sorted(set(pool[mine & (role != "both")].tolist())):
+        rows.add(x_at[served], np.ones(len(served)), q[name], q[name])                     # serve[k]
+        for key in sorted(set(pool[mine & (role != "both")].tolist())):                  # pd_balance
             pre = np.flatnonzero(mine & (pool == key) & (role == "prefill"))
             dec = np.flatnonzero(mine & (pool == key) & (role == "decode"))
             rows.add(np.concatenate([x_at[pre], x_at[dec]]),
                      np.concatenate([np.ones(len(pre)), -np.ones(len(dec))]), 0.0, 0.0)
-    by_owner = np.argsort(owner, kind="stable")
-    starts = np.searchsorted(owner[by_owner], np.arange(n + 1))
-    for j in range(n):
-        mine = by_owner[starts[j]:starts[j + 1]]
-        rows.add(np.concatenate([x_at[mine], [y_at[j]]]), np.concatenate([coef[mine], [-units[j]]]), -inf, 0.0)
-        rows.add([use_at[j], y_at[j]], [1.0, -1.0], -inf, 0.0)
-        for i in mine[coef[mine] > 0]:
-            rows.add([x_at[i], use_at[j]], [1.0, -hi_x[i]], -inf, 0.0)
-    gpr = cands["gpus_per_replica"].to_numpy(float)
-    gpus = cands["gpu"].to_numpy(object)
+    each, at_most_0 = np.arange(n), (np.full(n, -inf), np.zeros(n))
+    rows.block(np.concatenate([owner, each]), np.concatenate([x_at, y_at]),            # load[j]
+               np.concatenate([coef.astype(float), -units.astype(float)]), *at_most_0)
+    rows.block(np.tile(each, 2), np.concatenate([use_at, y_at]),                       # use_floor[j]
+               np.concatenate([np.ones(n), -np.ones(n)]), *at_most_0)
+    rows.block(np.tile(np.arange(m), 2), np.concatenate([x_at, use_at[owner]]),        # strong[j, k]
+               np.concatenate([np.ones(m), -hi_x]), np.full(m, -inf), np.zeros(m))
+    gpr, gpus = cands["gpus_per_replica"].to_numpy(float), cands["gpu"].to_numpy(object)
     for gpu, count in sorted(built.instance.inventory_gpus.items()):
         at = np.flatnonzero(gpus == gpu)
         if len(at):
@@ -139,40 +170,26 @@ def candidate_lower_bounds(built: BuiltModel) -> np.ndarray | None:
         rows.add(y_at, price, -inf, float(limit_cost_units(built.instance.budget_usd_per_hour)))
     if built.instance.max_distinct_configs is not None:
         rows.add(use_at, np.ones(n), -inf, float(built.instance.max_distinct_configs))
-    r, c, v, lo, hi = rows.arrays()
-
-    solver = pywraplp.Solver.CreateSolver("GLOP")
-    if solver is None:
-        return None
-    variables = [solver.NumVar(float(a), float(b), "") for a, b in zip(lower_box, upper_box)]
-    constraints = [solver.Constraint(-solver.infinity() if a == -inf else a, b) for a, b in zip(lo, hi)]
-    for row, col, val in zip(r.tolist(), c.tolist(), v.tolist()):
-        constraints[row].SetCoefficient(variables[col], val)
-    objective = solver.Objective()
-    for j in range(n):
-        objective.SetCoefficient(variables[j], float(price[j]))
-    objective.SetMinimization()
-    if solver.Solve() != pywraplp.Solver.OPTIMAL:
-        return None
-    pi = np.array([con.dual_value() for con in constraints], dtype=float)
-    return _deploying_bounds(pi, r, c, v, lo, hi, cost, lower_box, upper_box, n)
+    upper_f = upper.astype(float)
+    return _Relaxation(*rows.arrays(), cost=np.concatenate([price, np.zeros(n + m)]),
+                       lower_box=np.zeros(2 * n + m),
+                       upper_box=np.concatenate([upper_f, np.minimum(upper_f, 1.0), hi_x]))
 
 
-def _deploying_bounds(pi: np.ndarray, r: np.ndarray, c: np.ndarray, v: np.ndarray, lo: np.ndarray,
-                      hi: np.ndarray, cost: np.ndarray, lower_box: np.ndarray, upper_box: np.ndarray,
-                      n: int) -> np.ndarray:
-    """The Lagrangian bound of the LP with the box of ``y_j`` raised to [1, U_j] and of
-    ``use_j`` to [1, 1], for every candidate j (see the module docstring)."""
-    equal = lo == hi
-    pi = np.where(equal, pi, np.where(np.isinf(lo), np.minimum(pi, 0.0), np.maximum(pi, 0.0)))
-    rhs = np.where(equal | np.isinf(lo), hi, lo)
-    d = cost - np.bincount(c, weights=v * pi[r], minlength=len(cost))
-    term = np.minimum(d * lower_box, d * upper_box)
+def _deploying_bounds(lp: _Relaxation, pi: np.ndarray, n: int) -> np.ndarray:
+    """The Lagrangian bound of ``lp`` with multipliers ``pi`` (sign-clipped) and the box of
+    ``y_j`` raised to [1, U_j] and of ``use_j`` to [1, 1], for every candidate j (see the
+    module docstring)."""
+    equal = lp.lo == lp.hi
+    pi = np.where(equal, pi, np.where(np.isinf(lp.lo), np.minimum(pi, 0.0), np.maximum(pi, 0.0)))
+    rhs = np.where(equal | np.isinf(lp.lo), lp.hi, lp.lo)
+    d = lp.cost - np.bincount(lp.col, weights=lp.val * pi[lp.row], minlength=len(lp.cost))
+    term = np.minimum(d * lp.lower_box, d * lp.upper_box)
     base = float(np.sum(pi * rhs) + np.sum(term))
     scale = float(np.sum(np.abs(pi * rhs)) + np.sum(np.abs(term)))
     y, use = np.arange(n), n + np.arange(n)
-    raised_y = np.minimum(d[y] * 1.0, d[y] * upper_box[y])
+    raised_y = np.minimum(d[y], d[y] * lp.upper_box[y])
     bounds = base - term[y] - term[use] + raised_y + d[use]
     bounds -= BOUND_MARGIN * (scale + np.abs(bounds)) + 1.0
-    bounds[upper_box[y] < 1] = np.inf         # no replica can be deployed at all
+    bounds[lp.upper_box[y] < 1] = np.inf         # no replica can be deployed at all
     return bounds
