@@ -64,9 +64,8 @@ def _pair(role: str, arrays: ConfigArrays, params: ServingParams,
     return disagg.DisaggArrays(arrays, other, params, params, scale_out_bytes_per_s=scale_out_bytes_per_s)
 
 
-def _largest_occupancy(d: disagg.DisaggArrays, t: TrafficArrays, good, shape, steps: int) -> np.ndarray:
+def _largest_occupancy(slots, good, shape, steps: int) -> np.ndarray:
     """Largest decode occupancy n in [0, slots] with ``good(n)`` (monotone: true up to n*)."""
-    slots = disagg.decode_slots(d, t)
     hi = np.broadcast_to(slots, np.broadcast_shapes(np.shape(slots), shape)).astype(float)
     lo = np.zeros_like(hi)
     top_ok = good(hi)
@@ -75,6 +74,34 @@ def _largest_occupancy(d: disagg.DisaggArrays, t: TrafficArrays, good, shape, st
         ok = good(mid)
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
     return np.where(top_ok, hi, lo)
+
+
+def _flat(value, size: int) -> np.ndarray:
+    """``value`` (a per-row array or a scalar) as ``size`` rows."""
+    return np.broadcast_to(np.asarray(value, dtype=float), (size,))
+
+
+def _rows_of(shape, bounds, settled) -> tuple:
+    """The (bound, row) entries that a batched bisection still computes: per bound in
+    ``bounds`` the flat rows not ``settled(bound)`` (a boolean array of ``shape``'s rows).
+    Returns the rows per bound and, over all of them, the rows and the bound of each."""
+    size = int(np.prod(shape))
+    todo = [np.flatnonzero(~np.broadcast_to(settled(bound), shape).reshape(size)) for bound in bounds]
+    rows = np.concatenate(todo) if todo else np.zeros(0, dtype=int)
+    each = np.concatenate([np.full(len(at), bound, dtype=float) for at, bound in zip(todo, bounds)])
+    return todo, rows, each
+
+
+def _spread(shape, todo, values, fill) -> list:
+    """Per bound, an array of ``shape``: ``values`` (the entries of :func:`_rows_of`, in
+    order) at its rows, ``fill`` (an array of ``shape``) elsewhere."""
+    out, start = [], 0
+    for at in todo:
+        full = np.array(np.broadcast_to(fill, shape), dtype=float).reshape(-1)
+        full[at] = values[start:start + len(at)]
+        out.append(full.reshape(shape))
+        start += len(at)
+    return out
 
 
 def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s,
@@ -92,40 +119,71 @@ def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s,
     return np.where(queue["utilization"] < 1.0, ttft, np.inf)
 
 
-def prefill_capacity(d: disagg.DisaggArrays, t: TrafficArrays, budget_s, svc: dict | None = None) -> dict:
-    """Largest rate [1/s] one prefill replica carries with :func:`prefill_ttft_p95_s` <= ``budget_s``
-    (bisection on the rate in [0, 1/E[S]); the TTFT increases with the rate). ``svc``: as
-    for :func:`prefill_ttft_p95_s` (the service does not depend on the rate: computed once)."""
+def prefill_capacities(d: disagg.DisaggArrays, t: TrafficArrays, budgets_s, svc: dict | None = None) -> list:
+    """Per TTFT budget [s] in ``budgets_s`` (scalars), the largest rate [1/s] one prefill
+    replica carries with :func:`prefill_ttft_p95_s` <= the budget: a dict of arrays
+    ``rate_per_s`` and ``ttft_p95_s`` (at that rate; the trickle's where it is 0).
+
+    Bisection on the rate in [0, 1/E[S]) (the TTFT increases with the rate), every budget's
+    in one pass. ``svc``: as for :func:`prefill_ttft_p95_s` (the service does not depend on
+    the rate: computed once). Speed (the same numbers as one bisection per budget over
+    every row): a row whose trickle misses a budget has rate 0 there whatever its
+    bisection finds, so only the other rows are bisected.
+    """
     svc = disagg.prefill_service(d, t) if svc is None else svc
-    mean_s = svc["mean_s"]
-    budget = np.asarray(budget_s, dtype=float)
-    hi = np.broadcast_to(1.0 / mean_s, np.broadcast_shapes(np.shape(mean_s), budget.shape)).astype(float)
+    shape = np.shape(svc["mean_s"])
+    trickle = prefill_ttft_p95_s(d, t, np.zeros(shape), svc)
+    todo, rows, budget = _rows_of(shape, budgets_s, lambda b: ~(trickle <= b))
+    flat = int(np.prod(shape))
+    sub = d.take(rows)
+    sub_svc = {key: _flat(value, flat)[rows] for key, value in svc.items()}
+    hi = (1.0 / sub_svc["mean_s"]).astype(float)
     lo = np.zeros_like(hi)
     for _ in range(PREFILL_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = prefill_ttft_p95_s(d, t, mid, svc) <= budget
+        ok = prefill_ttft_p95_s(sub, t, mid, sub_svc) <= budget
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    trickle = prefill_ttft_p95_s(d, t, np.zeros_like(lo), svc)
-    rate = np.where(trickle <= budget, lo, 0.0)
-    ttft = np.where(rate > 0, prefill_ttft_p95_s(d, t, rate, svc), trickle)
-    return {"rate_per_s": rate, "ttft_p95_s": ttft}
+    ttft = np.where(lo > 0, prefill_ttft_p95_s(sub, t, lo, sub_svc), _flat(trickle, flat)[rows])
+    rates = _spread(shape, todo, lo, np.zeros(shape))
+    ttfts = _spread(shape, todo, ttft, trickle)
+    return [{"rate_per_s": r, "ttft_p95_s": x} for r, x in zip(rates, ttfts)]
 
 
-def decode_capacity(d: disagg.DisaggArrays, t: TrafficArrays, tpot_slo_s, slot_wait_s,
-                    steps: int = CAPACITY_BISECTION_STEPS) -> dict:
-    """Largest rate [1/s] one decode replica carries with its TPOT p95 <= ``tpot_slo_s`` and
-    its slot wait p95 <= ``slot_wait_s`` (bisection on the occupancy n in [0, slots])."""
+def decode_capacities(d: disagg.DisaggArrays, t: TrafficArrays, tpot_slos_s, slot_wait_s,
+                      steps: int = CAPACITY_BISECTION_STEPS) -> list:
+    """Per TPOT SLO [s] in ``tpot_slos_s`` (scalars), the largest rate [1/s] one decode
+    replica carries with its TPOT p95 <= the SLO and its slot wait p95 <= ``slot_wait_s``:
+    a dict of arrays ``rate_per_s`` and ``tpot_p95_s`` (at that rate; the trickle's where
+    it is 0).
+
+    Bisection on the occupancy n in [0, slots], every SLO's in one pass, with one step model
+    and one slot count. Speed (the same numbers as one bisection per SLO over every row):
+    where a row's decode step never decreases with n (:meth:`StepModel.monotone_rows`),
+    every state's TPOT p95 is at least s_d(0) (TPOT_95 = tau + z sd >= tau = s_d(n) + b_s Bu
+    >= s_d(n) >= s_d(0), with b_s = s_d(n + 1) - s_d(n) >= 0, Bu >= 1, and rounding
+    monotone; or NaN), so a row with s_d(0) above the SLO has n* = 0 (every bisection
+    decision "no"): rate 0 and the trickle's TPOT, without a bisection.
+    """
     model = StepModel(d.decode, d.decode_params, t.decode_context_tokens)
+    slots = disagg.decode_slots(d, t)
+    shape = np.shape(slots)
+    flat = int(np.prod(shape))
+    trickle = disagg.decode_state(d, t, np.full(shape, 1e-9), model, slots)["tpot_p95_s"]
+    floor = np.where(model.monotone_rows(), model.time(np.zeros(shape)), -np.inf)
+    todo, rows, bound = _rows_of(shape, tpot_slos_s, lambda slo: floor > slo)
+    sub, sub_model, sub_slots = d.take(rows), model.take(rows), _flat(slots, flat)[rows]
 
     def good(n):
-        s = disagg.decode_state(d, t, n, model)
-        return s["stable"] & (s["tpot_p95_s"] <= tpot_slo_s) & (s["slot_wait_p95_s"] <= slot_wait_s)
+        s = disagg.decode_state(sub, t, n, sub_model, sub_slots)
+        return s["stable"] & (s["tpot_p95_s"] <= bound) & (s["slot_wait_p95_s"] <= slot_wait_s)
 
-    n = _largest_occupancy(d, t, good, np.shape(tpot_slo_s), steps)
-    state = disagg.decode_state(d, t, n, model)
+    n = _largest_occupancy(sub_slots, good, (), steps)
+    state = disagg.decode_state(sub, t, n, sub_model, sub_slots)
     rate = np.where(n > 0, np.nan_to_num(state["rate_per_s"]), 0.0)
-    trickle = disagg.decode_state(d, t, np.full_like(n, 1e-9), model)["tpot_p95_s"]
-    return {"rate_per_s": rate, "tpot_p95_s": np.where(n > 0, state["tpot_p95_s"], trickle)}
+    tpot = np.where(n > 0, state["tpot_p95_s"], _flat(trickle, flat)[rows])
+    rates = _spread(shape, todo, rate, np.zeros(shape))
+    tpots = _spread(shape, todo, tpot, trickle)
+    return [{"rate_per_s": r, "tpot_p95_s": x} for r, x in zip(rates, tpots)]
 
 
 def role_capacity(role: str, arrays: ConfigArrays, params: ServingParams, traffic: TrafficArrays,
@@ -139,20 +197,21 @@ def role_capacity(role: str, arrays: ConfigArrays, params: ServingParams, traffi
 
     ``ttft_s`` / ``tpot_s``: the SLOs (possibly tightened by a front's target); the decode
     allowance and the slot-wait bound use the workload's own TPOT SLO (so a tighter TPOT
-    target never raises a prefill capacity).
+    target never raises a prefill capacity). The central and the margined SLOs'
+    capacities come from one batched bisection (:func:`prefill_capacities`,
+    :func:`decode_capacities`).
     """
     allowance = DECODE_TTFT_ALLOWANCE_TPOTS * workload.slo.tpot_p95_s
     d = _pair(role, arrays, params, scale_out_bytes_per_s)
-    results = {}
-    svc = disagg.prefill_service(d, traffic) if role == "prefill" else None  # one for every SLO pair
+    pairs = list(dict.fromkeys([(ttft_s, tpot_s), margins.slos(ttft_s, tpot_s)]))
+    if role == "prefill":
+        got = prefill_capacities(d, traffic, [ttft - allowance for ttft, _ in pairs])
+    else:
+        got = decode_capacities(d, traffic, [tpot for _, tpot in pairs], workload.slo.tpot_p95_s)
+    results = dict(zip(pairs, got))
 
     def capacity(ttft_slo_s, tpot_slo_s):
-        if role == "prefill":
-            got = prefill_capacity(d, traffic, ttft_slo_s - allowance, svc)
-        else:
-            got = decode_capacity(d, traffic, tpot_slo_s, workload.slo.tpot_p95_s)
-        results[ttft_slo_s, tpot_slo_s] = got
-        return got["rate_per_s"]
+        return results[ttft_slo_s, tpot_slo_s]["rate_per_s"]
 
     planned = margins.planned_capacity(capacity, ttft_s, tpot_s)
     central = results[ttft_s, tpot_s]
@@ -177,9 +236,10 @@ def role_latency(role: str, arrays: ConfigArrays, params: ServingParams, traffic
     if role == "prefill":
         return {"ttft_p95_s": prefill_ttft_p95_s(d, traffic, rate), "tpot_p95_s": nan}
     model = StepModel(d.decode, d.decode_params, traffic.decode_context_tokens)
-    n = _largest_occupancy(d, traffic, lambda n: disagg.decode_state(d, traffic, n, model)["rate_per_s"] <= rate,
+    slots = disagg.decode_slots(d, traffic)
+    n = _largest_occupancy(slots, lambda n: disagg.decode_state(d, traffic, n, model, slots)["rate_per_s"] <= rate,
                            rate.shape, disagg.RATE_BISECTION_STEPS)
-    state = disagg.decode_state(d, traffic, n, model)
+    state = disagg.decode_state(d, traffic, n, model, slots)
     short = ~state["stable"] | (state["rate_per_s"] < rate * (1.0 - disagg.RATE_TOLERANCE))
     return {"ttft_p95_s": nan, "tpot_p95_s": np.where(short, np.inf, state["tpot_p95_s"])}
 

@@ -32,8 +32,9 @@ from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import kv_bytes_per_seq, max_concurrency
 from planner.serving.params import ServingParams
 from planner.serving.queueing import (CAPACITY_BISECTION_STEPS, MAX_BRANCHING_RATIO, P95, TrafficArrays,
-                                      erlang_c_halfin_whitt, exponential_tail_p95, mixture_p95_offset)
+                                      erlang_c_halfin_whitt, exponential_tail_p95)
 from planner.serving.roofline import StepModel
+from planner.serving.tails import normal_p95_offset
 from planner.units import GIGA
 
 #: Per-GPU scale-out bandwidth per direction used when the GPU catalog has none [GB/s]:
@@ -98,6 +99,21 @@ class DisaggArrays:
     decode_replicas: object = 1.0
     scale_out_bytes_per_s: object = DEFAULT_SCALE_OUT_GB_PER_S_PER_DIRECTION * GIGA
     kv_transfer_latency_s: object = DEFAULT_KV_TRANSFER_LATENCY_S
+
+    def take(self, rows) -> "DisaggArrays":
+        """The deployments at positions ``rows`` (as :meth:`ConfigArrays.take`: 1-D arrays of
+        more than one element are indexed, scalars and one-element arrays kept); the same numbers."""
+        def pick(value):
+            arr = np.asarray(value)
+            return arr[rows] if arr.ndim == 1 and arr.size > 1 else value
+
+        prefill, prefill_params = self.prefill.take(rows), self.prefill_params.take(rows)
+        # one side taken once where both sides are one object (a role row's pair)
+        decode = prefill if self.decode is self.prefill else self.decode.take(rows)
+        decode_params = prefill_params if self.decode_params is self.prefill_params else self.decode_params.take(rows)
+        return DisaggArrays(prefill, decode, prefill_params, decode_params, pick(self.prefill_replicas),
+                            pick(self.decode_replicas), pick(self.scale_out_bytes_per_s),
+                            pick(self.kv_transfer_latency_s))
 
     def with_replicas(self, prefill_replicas=None, decode_replicas=None) -> "DisaggArrays":
         """A copy with other pool sizes."""
@@ -208,11 +224,14 @@ def decode_slots(d: DisaggArrays, t: TrafficArrays) -> np.ndarray:
     return np.minimum(d.decode.batch, max_concurrency(d.decode, d.decode_params, ctx)).astype(float)
 
 
-def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None = None) -> dict:
+def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None = None,
+                 slots=None) -> dict:
     """One decode replica at mean occupancy ``n`` (decode-only steps).
 
     Returns arrays: ``rate_per_s`` (per replica), ``tpot_mean_s``, ``tpot_p95_s``,
-    ``slot_wait_p95_s``, ``burst``, ``stable``.
+    ``slot_wait_p95_s``, ``burst``, ``stable``. ``steps`` / ``slots``: the decode side's
+    :class:`StepModel` and :func:`decode_slots` when the caller has them (a bisection
+    asks for many occupancies of the same replicas).
 
     Notes
     -----
@@ -234,8 +253,8 @@ def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None =
         tau = s_d + slope * burst
         rate = n / (out_m1 * tau)
         sd = np.sqrt(rate * tau * burst * slope ** 2 * out_m1 / 4.0 + slope ** 2 * n / 3.0)
-        tpot_p95 = tau + mixture_p95_offset([sd])
-        slots = decode_slots(d, t)
+        tpot_p95 = tau + normal_p95_offset(sd)
+        slots = decode_slots(d, t) if slots is None else slots
         holding = out_m1 * tau
         offered = rate * holding
         p_wait = erlang_c_halfin_whitt(slots, offered, burst)

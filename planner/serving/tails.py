@@ -98,6 +98,22 @@ def mixture_p95_bracket(sds) -> tuple:
     return Z95 * smallest, Z95 * largest, sure
 
 
+def normal_p95_offset(sd) -> np.ndarray:
+    """:func:`mixture_p95_offset` of one normal, ``mixture_p95_offset([sd])``: the same
+    numbers. With one spread the clip bracket is one point, Z95 max(sd, 1e-300), and the
+    result is that point wherever it is certain to be a number (:func:`mixture_p95_bracket`'s
+    ``sure``); elsewhere (a spread outside the safe range, NaN) the mixture's own steps run,
+    on those rows only (its one choice over all rows, the erf's, is the same there: every
+    sure row's u = x / sd is positive)."""
+    low, _, sure = mixture_p95_bracket([sd])
+    if sure.all():
+        return low
+    out = np.array(low, dtype=float)
+    open_ = ~sure
+    out[open_] = mixture_p95_offset([np.broadcast_to(np.asarray(sd, dtype=float), open_.shape)[open_]])
+    return out
+
+
 def exponential_tail_quantile(p_wait, mean_wait_given_wait, q) -> np.ndarray:
     """q-quantile of a wait that is 0 w.p. 1 - p_wait and exponential(mean) otherwise:
     mean ln(p_wait / (1 - q)) where p_wait > 1 - q, else 0."""
