@@ -175,7 +175,8 @@ def planning_instance(problem: Problem, candidates: pd.DataFrame,
     if capacity.empty:
         return None
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    at = prefilter_dominated(rows, role_blocks(candidate_blocks(rows), capacity), limited)
+    blocks = candidate_blocks(rows)
+    at = prefilter_dominated(rows, role_blocks(blocks, capacity), limited, blocks=blocks)
     keep = capacity.index[at]
     if keep.is_monotonic_increasing:       # already sorted by id (the candidate table's order)
         cands, capacity = rows.iloc[at], capacity.iloc[at]

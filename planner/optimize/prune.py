@@ -352,7 +352,7 @@ def _pools_covered(pools: list[np.ndarray], weak, block: int = 256) -> np.ndarra
 
 
 def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
-                        limited_gpus=frozenset()) -> np.ndarray:
+                        limited_gpus=frozenset(), blocks: np.ndarray | None = None) -> np.ndarray:
     """Positions of the candidates worth giving to the model (fast, vectorized, exact).
 
     Two passes over possibly hundreds of thousands of candidates, before the quadratic
@@ -371,11 +371,13 @@ def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
         Same rows, one column per workload [1/s].
     limited_gpus : set of str
         GPU types with an inventory limit (excluded from the cross-type pass).
+    blocks : numpy.ndarray, optional
+        :func:`candidate_blocks` of ``candidates``, when the caller has it.
     """
     gpus = "gpus" if "gpus" in candidates.columns else "gpus_per_replica"
     group_cols = [c for c in ("gpu", gpus, "usd_per_replica_hour", "model") if c in candidates.columns]
     groups = candidates[group_cols]
-    blocks = candidate_blocks(candidates)
+    blocks = candidate_blocks(candidates) if blocks is None else blocks
     if (blocks != "both").any():
         # role_blocks capacities: a row with capacity is only dominated within its own block;
         # a group per block keeps the pairwise pass to the block's own columns
