@@ -71,7 +71,7 @@ def bounded_search(built: BuiltModel, options: SolverOptions, later: SolverOptio
     if len(built.replicas) < RESTRICTION_MIN_CANDIDATES:
         return None
     bounds = candidate_lower_bounds(built)
-    if bounds is None:
+    if bounds is None or not np.isfinite(bounds).any():
         return None
     threshold = first_threshold(bounds)
     if np.count_nonzero(bounds <= threshold) > RESTRICTION_MAX_SHARE * len(bounds):
@@ -103,8 +103,9 @@ class BoundedSearch:
     def _restrict(self, threshold: float) -> None:
         """Search the candidates whose bound is at most ``threshold``, with the cuts so far."""
         self.threshold = threshold
-        keep = np.flatnonzero(self.bounds <= threshold)
-        self.complete = len(keep) == int(np.isfinite(self.bounds).sum())
+        finite = np.isfinite(self.bounds)
+        keep = np.flatnonzero(finite & (self.bounds <= threshold))
+        self.complete = len(keep) == int(finite.sum())
         self.sub = restricted(self.built, keep)
         self.search = WholeModelSearch(self.sub, self.options, self.later, self.fraction)
         for used in self.found:

@@ -186,7 +186,9 @@ def _deploying_bounds(lp: _Relaxation, pi: np.ndarray, n: int) -> np.ndarray:
     d = lp.cost - np.bincount(lp.col, weights=lp.val * pi[lp.row], minlength=len(lp.cost))
     term = np.minimum(d * lp.lower_box, d * lp.upper_box)
     base = float(np.sum(pi * rhs) + np.sum(term))
-    scale = float(np.sum(np.abs(pi * rhs)) + np.sum(np.abs(term)))
+    # the magnitudes the float sums above and d's cancellations can lose precision on
+    spread = np.abs(lp.cost) + np.bincount(lp.col, weights=np.abs(lp.val * pi[lp.row]), minlength=len(lp.cost))
+    scale = float(np.sum(np.abs(pi * rhs)) + np.sum(spread * np.maximum(np.abs(lp.lower_box), np.abs(lp.upper_box))))
     y, use = np.arange(n), n + np.arange(n)
     raised_y = np.minimum(d[y], d[y] * lp.upper_box[y])
     bounds = base - term[y] - term[use] + raised_y + d[use]

@@ -4,11 +4,12 @@ finds the whole model's plans in the same order."""
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from opt_helpers import FAST, random_instance, random_pooled_instance
 from ortools.sat.python import cp_model
 
-from planner.optimize import alternatives, bounded, build_model
+from planner.optimize import PlanningInstance, alternatives, bounded, build_model
 from planner.optimize.alternatives import plan_alternatives
 from planner.optimize.lpbound import candidate_lower_bounds
 from planner.optimize.tiebreak import tie_break_weight
@@ -147,3 +148,36 @@ def test_some_bounded_rankings_grow_and_some_stay_small(monkeypatch):
         grown += len(sizes) > 1
         small += sizes[0][0] < sizes[0][1]
     assert grown >= 2 and small >= 2
+
+
+def test_an_infeasible_restriction_grows_to_every_usable_candidate(monkeypatch):
+    """One configuration at most, and neither "cheap" nor "mid" serves the 6 req/s alone
+    (inventory): with bounds that admit only those two first (valid: each is below every
+    plan's cost), the first restriction is infeasible and the step is solved on every
+    candidate some plan can deploy; "blocked" (2 GPUs per replica, inventory 1) never is."""
+    ids = pd.Index(["big", "blocked", "cheap", "mid"], name="candidate_id")
+    cands = pd.DataFrame({"gpu": ["g4", "g3", "g1", "g2"], "gpus_per_replica": [1, 2, 1, 1],
+                          "usd_per_replica_hour": [5.0, 1.0, 1.0, 2.0]}, index=ids)
+    capacity = pd.DataFrame({"chat": [10.0, 10.0, 2.0, 3.0]}, index=ids)
+    inst = PlanningInstance(cands, capacity, pd.Series({"chat": 6.0}), inventory_gpus={"g1": 2, "g2": 1, "g3": 1},
+                            max_distinct_configs=1)
+    built = build_model(inst, emit=False, prune=False)
+    lp = dict(zip(built.replicas.index, candidate_lower_bounds(built)))
+    assert np.isinf(lp["blocked"]) and lp["big"] <= 5e6          # big alone: $5/h, the optimum
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    whole = plan_alternatives(inst, 2, FAST, face_limit=2, built=build_model(inst, emit=False, prune=False))
+    _restrict_tiny_models(monkeypatch, 0.0)
+    weak = np.array([4e6, np.inf, 0.0, 0.0])                      # big, blocked, cheap, mid
+    monkeypatch.setattr(bounded, "candidate_lower_bounds", lambda built: weak)
+    sizes: list = []
+    real = bounded.BoundedSearch._restrict
+
+    def recording(self, threshold):
+        real(self, threshold)
+        sizes.append(sorted(self.sub.replicas.index))
+
+    monkeypatch.setattr(bounded.BoundedSearch, "_restrict", recording)
+    mine = plan_alternatives(inst, 2, FAST, face_limit=2, built=build_model(inst, emit=False, prune=False))
+    assert _plan_tables(mine) == _plan_tables(whole)
+    assert sizes == [["cheap", "mid"], ["big", "cheap", "mid"]]
+    assert [f.plan.deployments["candidate_id"].tolist() for f in mine] == [["big"]]
