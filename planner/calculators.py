@@ -110,6 +110,15 @@ def _check_context(context: float) -> None:
         raise PlanningInputError(f"--context: must be >= {MIN_CONTEXT_TOKENS} token, got {context}")
 
 
+def _check_engine_runs(catalog: Catalog, engine: str | None, g, q, k) -> None:
+    """``--engine`` must run the configuration's GPU and formats (catalogs/engines.yaml)."""
+    from planner.problem_checks import check_engine_runs
+
+    problems = check_engine_runs(engine, catalog, g.id, q.id, k.id)
+    if problems:
+        raise PlanningInputError(problems)
+
+
 def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int = 1,
                 quant: str = "bf16", kv_dtype: str = "bf16", batch: int = 1,
                 users: int | None = None, prompt: int = 1024, output: int = 256,
@@ -136,6 +145,7 @@ def eval_config(catalog: Catalog, *, model: str, gpu: str, tp: int = 1, pp: int 
         raise PlanningInputError(f"--role: must be one of {', '.join(ROLES)}, got {role!r}")
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     check_parallelism(m, g, tp, pp, ep, attention_dp)
+    _check_engine_runs(catalog, engine, g, q, k)
     cal, resolved = config_params(catalog, m, g, q, calibration, overrides, engine)
     params = params or resolved
     users = batch if users is None else users
@@ -207,6 +217,7 @@ def sweep(catalog: Catalog, *, model: str, gpu: str, context: float, batches: li
     _check_positive(tp=tp, pp=pp, **{"batches": min(batches)})
     m, g, q, k = _resolve(catalog, model, gpu, quant, kv_dtype)
     check_parallelism(m, g, tp, pp)
+    _check_engine_runs(catalog, engine, g, q, k)
     cal, resolved = config_params(catalog, m, g, q, calibration, overrides, engine)
     params = params or resolved
     frame = _frame(m, g, q, k, tp, pp, list(batches), context, 0, context)

@@ -50,6 +50,19 @@ def check_context(where: str, model_id: str, window: int, prompt: LengthDistribu
                             f"rejected by the engine (the launch settings cap the length at the window)")
 
 
+def check_engine_runs(engine: str | None, catalog: Catalog, gpu_id: str, weight_format: str,
+                      kv_cache_dtype: str) -> list[str]:
+    """A known ``engine`` must document the GPU's architecture and the formats
+    (catalogs/engines.yaml) for a single configuration (``planner eval``/``sweep``'s
+    ``--engine``): lines naming the flag, [] if fine or without an engine."""
+    if engine is None or check_engine(engine, catalog):
+        return []
+    from planner.compat import engine_table
+
+    why = engine_table(catalog).explain(engine, gpu_id, weight_format, kv_cache_dtype)
+    return [] if why is None else [f"--engine: {why}"]
+
+
 def check_engine(engine: str | None, catalog: Catalog) -> list[str]:
     """``serving.engine`` must be an engine of catalogs/engines.yaml (problem lines, [] if fine)."""
     if engine is None:

@@ -78,3 +78,22 @@ def test_a_stage_beyond_one_domain_needs_the_all_reduce_free_layout():
     assert (doc["tp"], doc["ep"], doc["attention_dp"], doc["gpus"]) == (16, 16, True, 16)
     text, _ = run_cli("eval", *CONFIG[:5], "16", *CONFIG[6:], "--ep", "16", "--attention-dp")
     assert "ep                       16" in text and "attention_dp             True" in text
+
+
+@pytest.mark.parametrize("command, flags, message", [
+    ("eval", ["--gpu", "mi300x", "--engine", "trtllm"], "--engine: catalogs/engines.yaml lists no trtllm support "
+                                                        "for mi300x (cdna3)"),
+    ("eval", ["--gpu", "l4", "--quant", "mxfp4", "--engine", "trtllm"],
+     "--engine: trtllm documents no mxfp4 weights with a bf16 KV cache on ada (l4)"),
+    ("sweep", ["--gpu", "mi300x", "--engine", "trtllm", "--context", "1000", "--batches", "1"],
+     "lists no trtllm support for mi300x"),
+    ("simulate", ["--gpu", "mi300x", "--engine", "trtllm", "--rate", "1", "--prompt", "100", "--output", "10"],
+     "lists no trtllm support for mi300x"),
+])
+def test_an_engine_that_does_not_run_the_configuration_is_rejected(command, flags, message):
+    """catalogs/engines.yaml: TensorRT-LLM documents no AMD architecture, nor MXFP4 on Ada."""
+    out, err = run_cli(command, "--model", "llama-3.1-8b", *flags, "--json", expect=2)
+    assert out == "" and "Traceback" not in err and message in err, err
+    ok, _ = run_cli("eval", "--model", "llama-3.1-8b", "--gpu", "mi300x", "--engine", "vllm", "--json")
+    assert '"gpu": "mi300x"' in ok
+

@@ -143,7 +143,7 @@ def cmd_simulate(args) -> int:
 
 def _replica(args) -> dict:
     from planner import parameters
-    from planner.calculators import _frame, _resolve, check_parallelism, config_params
+    from planner.calculators import _check_engine_runs, _frame, _resolve, check_parallelism, config_params
     from planner.configs import config_arrays
     from planner.dimensions import gpus_per_replica
     from planner.serving import memory
@@ -179,6 +179,7 @@ def _replica(args) -> dict:
     tp, pp = args.tp or 1, args.pp or 1
     m, g, q, k = _resolve(catalog, args.model, args.gpu, args.quant or "bf16", args.kv_dtype or "bf16")
     check_parallelism(m, g, tp, pp)
+    _check_engine_runs(catalog, args.engine, g, q, k)
     frame = _frame(m, g, q, k, tp, pp, [settings["max_batch"]], lengths["prompt"].mean,
                    lengths["output"].mean, None)
     arrays, fallback = config_arrays(catalog, frame, models={m.id: m})
