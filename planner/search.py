@@ -175,11 +175,8 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     ok_coded = {name: column.take(evaluated) for name, column in coded.items()}
 
     first = workloads[0]
-    cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
-                    output_tokens=first.output.mean, context_tokens=np.nan)
-    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=ok_coded)
-    params = serving_params(problem, ok, ok_coded)
-    metrics = evaluate(arrays, params)
+    copies = _role_copies(coded, evaluated)
+    arrays, fallback, params, metrics = _serving_rows(problem, ok, ok_coded, first, copies)
     n_ok = len(ok)
 
     def padded(values, fill=np.nan):
@@ -199,8 +196,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     added["usd_per_gpu_hour"] = price
     added["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
     added["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
-    for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
-                "throughput_tokens_per_s"):
+    for key in _KEPT_METRICS:
         added[key] = padded(metrics[key])
     budget = metrics["kv_budget_bytes_per_gpu"]
     reasons["weights_do_not_fit_memory"] = padded(budget <= 0, False).astype(bool)
@@ -221,13 +217,15 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     live_params = params.take(live)
     roles = ok["role"].to_numpy()[live] if "role" in ok.columns else None
     role_codes = () if roles is None else (pd.factorize(roles)[0].astype(float),)
+    # the rows as workload_capacity reads them (with arrays given: their role only)
+    read = ok[["role"] if "role" in ok.columns else []]
     for w in workloads:
         # once per distinct configuration (same arrays as the capacity reads them, parameters
         # and role: same numbers)
         live_arrays = warrays[w.name].take(live)
         first, inverse = distinct_configs(live_arrays if roles is None else _role_key(roles, live_arrays),
                                           live_params, *role_codes)
-        cap = workload_capacity(problem, ok.iloc[live[first]], w, live_params.take(first),
+        cap = workload_capacity(problem, read.iloc[live[first]], w, live_params.take(first),
                                 arrays=live_arrays.take(first), margins=Margins.of(problem))
         cap = {key: np.asarray(value)[inverse] for key, value in cap.items()}
         rate = np.zeros(n_ok)
@@ -266,6 +264,53 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
             values[~feasible] = 0.0
     frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
     return frame, params, evaluated, coded
+
+
+#: The serving-model outputs of :func:`planner.serving.evaluate.evaluate` the search keeps.
+_KEPT_METRICS = ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
+                 "throughput_tokens_per_s")
+
+
+def _role_copies(coded: dict, evaluated: np.ndarray) -> np.ndarray | None:
+    """With several roles searched, the positions among the ``evaluated`` rows of one row per
+    configuration (its first role), where the evaluated rows are whole role groups: the
+    role is the grid's innermost dimension (:data:`planner.dimensions.NAMES`), so the R
+    roles of a configuration are R consecutive grid rows equal in every other dimension,
+    and the structural rejections do not read the role. None otherwise (one role, or a
+    group cut)."""
+    if "role" not in coded or list(coded)[-1] != "role":
+        return None
+    size = len(coded["role"].distinct)
+    if size < 2 or len(evaluated) % size or len(evaluated) < 2 * size:
+        return None
+    groups = evaluated.reshape(-1, size)
+    roles = coded["role"].index[groups]
+    if (groups[:, 0] % size).any() or not ((groups - groups[:, :1]) == np.arange(size)).all() \
+            or not (roles == roles[:1]).all():
+        return None
+    return np.arange(0, len(evaluated), size)
+
+
+def _serving_rows(problem: Problem, ok: pd.DataFrame, ok_coded: dict, workload, copies: np.ndarray | None):
+    """Serving-model arrays (at ``workload``'s mean lengths), math fallback, parameters and
+    :data:`_KEPT_METRICS` of the rows ``ok``. ``copies`` (:func:`_role_copies`): rows whose
+    configuration repeats once per role; each configuration is then evaluated once and
+    taken to its role rows (speed; every value is per row and does not read the role: the
+    same numbers)."""
+    rows, coded = ok, ok_coded
+    if copies is not None:
+        rows, coded = ok.take(copies).reset_index(drop=True), {k: v.take(copies) for k, v in ok_coded.items()}
+    cfg = rows.assign(batch=rows["max_batch"], prompt_tokens=workload.prompt.mean,
+                      output_tokens=workload.output.mean, context_tokens=np.nan)
+    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=coded)
+    params = serving_params(problem, rows, coded)
+    metrics = evaluate(arrays, params)
+    metrics = {key: metrics[key] for key in _KEPT_METRICS}
+    if copies is None:
+        return arrays, fallback, params, metrics
+    spread = np.repeat(np.arange(len(copies)), len(ok) // len(copies))
+    return (arrays.take(spread), fallback[spread], params.take(spread),
+            {key: value[spread] for key, value in metrics.items()})
 
 
 def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:
