@@ -176,7 +176,16 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
 
     first = workloads[0]
     copies = _role_copies(coded, evaluated)
-    arrays, fallback, params, metrics, base = _serving_rows(problem, ok, ok_coded, first, copies)
+    arrays, config_params, fallback, metrics, spread = _serving_rows(problem, ok, ok_coded, first, copies)
+
+    def per_row(values):
+        """Values per configuration (arrays, parameters) at the rows of ``ok``."""
+        if spread is None:
+            return values
+        return values.take(spread) if isinstance(values, (ConfigArrays, ServingParams)) else values[spread]
+
+    params, fallback = per_row(config_params), per_row(fallback)
+    metrics = {key: per_row(value) for key, value in metrics.items()}
     n_ok = len(ok)
 
     def padded(values, fill=np.nan):
@@ -208,23 +217,24 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
         warr = arrays if w is first else _with_lengths(arrays, w)
         warrays[w.name] = warr
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
-        full = memory.max_concurrency(warr, params, w.prompt.mean + w.output.mean)
-        kv_cap_ok &= full >= ok["max_batch"].to_numpy()
+        full = memory.max_concurrency(warr, config_params, w.prompt.mean + w.output.mean)
+        kv_cap_ok &= per_row(full) >= ok["max_batch"].to_numpy()
     # Capacity at SLO only where memory allows the configuration at all.
     live = np.flatnonzero(fits & kv_cap_ok)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
-    if base is not None:   # role copies: the live rows are whole groups (their values are per configuration)
+    by_config = spread is not None
+    if by_config:   # role copies: the live rows are whole groups (their values are per configuration)
         size = n_ok // len(copies)
         live_configs = np.flatnonzero((fits & kv_cap_ok)[::size])
-        base = base if len(live_configs) else None
+        by_config = len(live_configs) > 0
     for w in workloads:
-        if base is not None:
-            warr = base[0] if w is first else _with_lengths(base[0], w)
-            cap = _role_copy_capacities(problem, w, warr.take(live_configs), base[1].take(live_configs),
-                                        tuple(ok["role"].iloc[:size]), Margins.of(problem))
+        if by_config:
+            cap = _role_copy_capacities(problem, w, warrays[w.name].take(live_configs),
+                                        config_params.take(live_configs), tuple(ok["role"].iloc[:size]),
+                                        Margins.of(problem))
         else:
-            cap = _live_capacity(problem, ok, w, warrays[w.name], params, live)
+            cap = _live_capacity(problem, ok, w, per_row(warrays[w.name]), params, live)
         rate = np.zeros(n_ok)
         central = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)
@@ -289,11 +299,11 @@ def _role_copies(coded: dict, evaluated: np.ndarray) -> np.ndarray | None:
 
 
 def _serving_rows(problem: Problem, ok: pd.DataFrame, ok_coded: dict, workload, copies: np.ndarray | None):
-    """Serving-model arrays (at ``workload``'s mean lengths), math fallback, parameters and
+    """Serving-model arrays (at ``workload``'s mean lengths), parameters, math fallback and
     :data:`_KEPT_METRICS` of the rows ``ok``, and None. ``copies`` (:func:`_role_copies`): rows
-    whose configuration repeats once per role; each configuration is then evaluated once and
-    taken to its role rows (speed; every value is per row and does not read the role: the
-    same numbers), and the last item is the configurations' own (arrays, parameters)."""
+    whose configuration repeats once per role; each configuration is then evaluated once
+    (speed; every value is per row and does not read the role: the same numbers): the
+    values are the configurations', and the last item the configuration of each row of ``ok``."""
     rows, coded = ok, ok_coded
     if copies is not None:
         rows, coded = ok.take(copies).reset_index(drop=True), {k: v.take(copies) for k, v in ok_coded.items()}
@@ -303,11 +313,8 @@ def _serving_rows(problem: Problem, ok: pd.DataFrame, ok_coded: dict, workload, 
     params = serving_params(problem, rows, coded)
     metrics = evaluate(arrays, params)
     metrics = {key: metrics[key] for key in _KEPT_METRICS}
-    if copies is None:
-        return arrays, fallback, params, metrics, None
-    spread = np.repeat(np.arange(len(copies)), len(ok) // len(copies))
-    return (arrays.take(spread), fallback[spread], params.take(spread),
-            {key: value[spread] for key, value in metrics.items()}, (arrays, params))
+    spread = None if copies is None else np.repeat(np.arange(len(copies)), len(ok) // len(copies))
+    return arrays, params, fallback, metrics, spread
 
 
 def _live_capacity(problem: Problem, ok: pd.DataFrame, workload, arrays: ConfigArrays, params: ServingParams,
