@@ -237,8 +237,11 @@ def role_latency(role: str, arrays: ConfigArrays, params: ServingParams, traffic
         return {"ttft_p95_s": prefill_ttft_p95_s(d, traffic, rate), "tpot_p95_s": nan}
     model = StepModel(d.decode, d.decode_params, traffic.decode_context_tokens)
     slots = disagg.decode_slots(d, traffic)
-    n = _largest_occupancy(slots, lambda n: disagg.decode_state(d, traffic, n, model, slots)["rate_per_s"] <= rate,
-                           rate.shape, disagg.RATE_BISECTION_STEPS)
+
+    def carried(n):
+        return disagg.decode_state(d, traffic, n, model, slots)["rate_per_s"] <= rate
+
+    n = _largest_occupancy(slots, carried, rate.shape, disagg.RATE_BISECTION_STEPS)
     state = disagg.decode_state(d, traffic, n, model, slots)
     short = ~state["stable"] | (state["rate_per_s"] < rate * (1.0 - disagg.RATE_TOLERANCE))
     return {"ttft_p95_s": nan, "tpot_p95_s": np.where(short, np.inf, state["tpot_p95_s"])}

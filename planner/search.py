@@ -175,11 +175,17 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     ok_coded = {name: column.take(evaluated) for name, column in coded.items()}
 
     first = workloads[0]
-    cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=first.prompt.mean,
-                    output_tokens=first.output.mean, context_tokens=np.nan)
-    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=ok_coded)
-    params = serving_params(problem, ok, ok_coded)
-    metrics = evaluate(arrays, params)
+    copies = _role_copies(coded, evaluated)
+    arrays, config_params, fallback, metrics, spread = _serving_rows(problem, ok, ok_coded, first, copies)
+
+    def per_row(values):
+        """Values per configuration (arrays, parameters) at the rows of ``ok``."""
+        if spread is None:
+            return values
+        return values.take(spread) if isinstance(values, (ConfigArrays, ServingParams)) else values[spread]
+
+    params, fallback = per_row(config_params), per_row(fallback)
+    metrics = {key: per_row(value) for key, value in metrics.items()}
     n_ok = len(ok)
 
     def padded(values, fill=np.nan):
@@ -199,8 +205,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     added["usd_per_gpu_hour"] = price
     added["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
     added["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
-    for key in ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
-                "throughput_tokens_per_s"):
+    for key in _KEPT_METRICS:
         added[key] = padded(metrics[key])
     budget = metrics["kv_budget_bytes_per_gpu"]
     reasons["weights_do_not_fit_memory"] = padded(budget <= 0, False).astype(bool)
@@ -212,24 +217,24 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
         warr = arrays if w is first else _with_lengths(arrays, w)
         warrays[w.name] = warr
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
-        full = memory.max_concurrency(warr, params, w.prompt.mean + w.output.mean)
-        kv_cap_ok &= full >= ok["max_batch"].to_numpy()
+        full = memory.max_concurrency(warr, config_params, w.prompt.mean + w.output.mean)
+        kv_cap_ok &= per_row(full) >= ok["max_batch"].to_numpy()
     # Capacity at SLO only where memory allows the configuration at all.
     live = np.flatnonzero(fits & kv_cap_ok)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
-    live_params = params.take(live)
-    roles = ok["role"].to_numpy()[live] if "role" in ok.columns else None
-    role_codes = () if roles is None else (pd.factorize(roles)[0].astype(float),)
+    by_config = spread is not None
+    if by_config:   # role copies: the live rows are whole groups (their values are per configuration)
+        size = n_ok // len(copies)
+        live_configs = np.flatnonzero((fits & kv_cap_ok)[::size])
+        by_config = len(live_configs) > 0
     for w in workloads:
-        # once per distinct configuration (same arrays as the capacity reads them, parameters
-        # and role: same numbers)
-        live_arrays = warrays[w.name].take(live)
-        first, inverse = distinct_configs(live_arrays if roles is None else _role_key(roles, live_arrays),
-                                          live_params, *role_codes)
-        cap = workload_capacity(problem, ok.iloc[live[first]], w, live_params.take(first),
-                                arrays=live_arrays.take(first), margins=Margins.of(problem))
-        cap = {key: np.asarray(value)[inverse] for key, value in cap.items()}
+        if by_config:
+            cap = _role_copy_capacities(problem, w, warrays[w.name].take(live_configs),
+                                        config_params.take(live_configs), tuple(ok["role"].iloc[:size]),
+                                        Margins.of(problem))
+        else:
+            cap = _live_capacity(problem, ok, w, per_row(warrays[w.name]), params, live)
         rate = np.zeros(n_ok)
         central = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)
@@ -266,6 +271,96 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
             values[~feasible] = 0.0
     frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
     return frame, params, evaluated, coded
+
+
+#: The serving-model outputs of :func:`planner.serving.evaluate.evaluate` the search keeps.
+_KEPT_METRICS = ("weights_bytes_per_gpu", "kv_budget_bytes_per_gpu", "tpot_s", "prefill_s",
+                 "throughput_tokens_per_s")
+
+
+def _role_copies(coded: dict, evaluated: np.ndarray) -> np.ndarray | None:
+    """With several roles searched, the positions among the ``evaluated`` rows of one row per
+    configuration (its first role), where the evaluated rows are whole role groups: the
+    role is the grid's innermost dimension (:data:`planner.dimensions.NAMES`), so the R
+    roles of a configuration are R consecutive grid rows equal in every other dimension,
+    and the structural rejections do not read the role. None otherwise (one role, or a
+    group cut)."""
+    if "role" not in coded or list(coded)[-1] != "role":
+        return None
+    size = len(coded["role"].distinct)
+    if size < 2 or len(evaluated) % size or len(evaluated) < 2 * size:
+        return None
+    groups = evaluated.reshape(-1, size)
+    roles = coded["role"].index[groups]
+    if (groups[:, 0] % size).any() or not ((groups - groups[:, :1]) == np.arange(size)).all() \
+            or not (roles == roles[:1]).all():
+        return None
+    return np.arange(0, len(evaluated), size)
+
+
+def _serving_rows(problem: Problem, ok: pd.DataFrame, ok_coded: dict, workload, copies: np.ndarray | None):
+    """Serving-model arrays (at ``workload``'s mean lengths), parameters, math fallback and
+    :data:`_KEPT_METRICS` of the rows ``ok``, and None. ``copies`` (:func:`_role_copies`): rows
+    whose configuration repeats once per role; each configuration is then evaluated once
+    (speed; every value is per row and does not read the role: the same numbers): the
+    values are the configurations', and the last item the configuration of each row of ``ok``."""
+    rows, coded = ok, ok_coded
+    if copies is not None:
+        rows, coded = ok.take(copies).reset_index(drop=True), {k: v.take(copies) for k, v in ok_coded.items()}
+    cfg = rows.assign(batch=rows["max_batch"], prompt_tokens=workload.prompt.mean,
+                      output_tokens=workload.output.mean, context_tokens=np.nan)
+    arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=coded)
+    params = serving_params(problem, rows, coded)
+    metrics = evaluate(arrays, params)
+    metrics = {key: metrics[key] for key in _KEPT_METRICS}
+    spread = None if copies is None else np.repeat(np.arange(len(copies)), len(ok) // len(copies))
+    return arrays, params, fallback, metrics, spread
+
+
+def _live_capacity(problem: Problem, ok: pd.DataFrame, workload, arrays: ConfigArrays, params: ServingParams,
+                   live: np.ndarray) -> dict:
+    """:func:`workload_capacity` of the rows ``ok`` at positions ``live`` (``arrays``, ``params``:
+    those of every row of ``ok``), per live row: once per distinct configuration (same arrays
+    as the capacity reads them, parameters and role: same numbers)."""
+    live_params, live_arrays = params.take(live), arrays.take(live)
+    roles = ok["role"].to_numpy()[live] if "role" in ok.columns else None
+    role_codes = () if roles is None else (pd.factorize(roles)[0].astype(float),)
+    first, inverse = distinct_configs(live_arrays if roles is None else _role_key(roles, live_arrays),
+                                      live_params, *role_codes)
+    read = ok[["role"] if "role" in ok.columns else []]   # with arrays given: the rows' role only
+    cap = workload_capacity(problem, read.iloc[live[first]], workload, live_params.take(first),
+                            arrays=live_arrays.take(first), margins=Margins.of(problem))
+    return {key: np.asarray(value)[inverse] for key, value in cap.items()}
+
+
+def _role_copy_capacities(problem: Problem, workload, arrays: ConfigArrays, params: ServingParams,
+                          roles: tuple, margins: Margins) -> dict:
+    """:func:`workload_capacity` of rows that repeat each configuration of ``arrays`` /
+    ``params`` once per role of ``roles`` (row R g + r: configuration g, role ``roles[r]``),
+    per row. The same numbers as :func:`_live_capacity` of those rows: the same distinct
+    rows per role (the prefill ones by :func:`planner.disagg_roles.capacity_key`), in the
+    same order, without the R-fold rows' keys and takes."""
+    from planner import disagg_roles
+
+    traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
+                                               workload.prefix_cache_hit_fraction)
+    scale_out = disagg_roles.pool_scale_out_bytes_per_s(problem.catalog, problem.gpus)
+    n, size = len(np.atleast_1d(arrays.tp)), len(roles)
+    out: dict = {}
+    distinct: dict = {}
+    for r, role in enumerate(roles):
+        kind = role == "prefill"
+        if kind not in distinct:
+            key_arrays = disagg_roles.capacity_key(role, arrays) if kind else arrays
+            distinct[kind] = distinct_configs(key_arrays, params)
+        first, inverse = distinct[kind]
+        got = _role_capacity(problem, role, pd.DataFrame(index=pd.RangeIndex(len(first))), workload,
+                             params.take(first), arrays.take(first), traffic, workload.slo.ttft_p95_s,
+                             workload.slo.tpot_p95_s, margins, scale_out)
+        per_row = {key: np.broadcast_to(np.asarray(got[key]), (len(first),))[inverse]
+                   for key in _CAPACITY_KEYS}
+        _place(out, per_row, np.arange(r, n * size, size), n * size)
+    return out
 
 
 def _role_key(roles, arrays: ConfigArrays) -> ConfigArrays:
@@ -340,21 +435,40 @@ def _by_role(problem: Problem, rows: pd.DataFrame, workload, params: ServingPara
         pos = np.flatnonzero(roles == role)
         if not len(pos):
             continue
-        sub_arrays, sub_params = arrays.take(pos), params.take(pos)
-        if role == "both":   # (the role rows' capacities read their arrays only, not the rows)
-            got = workload_capacity(problem, rows.iloc[pos].drop(columns="role"), workload, sub_params,
-                                    tpot, ttft, arrays=sub_arrays, margins=margins)
-        else:
-            got = disagg_roles.role_capacity(role, sub_arrays, sub_params, traffic, workload, ttft, tpot,
-                                             margins or Margins(confidence=0.5, max_load_fraction=1.0),
-                                             scale_out)
-        for key in ("max_rate_per_s", "central_rate_per_s", "ttft_p95_s", "tpot_p95_s",
-                    "slo_violated_at_low_load"):
-            value = np.broadcast_to(np.asarray(got[key]), (len(pos),))
-            if key not in out:
-                out[key] = np.empty(len(rows), dtype=object if key == "slo_violated_at_low_load" else float)
-            out[key][pos] = value
+        got = _role_capacity(problem, role, rows.iloc[pos].drop(columns="role"), workload, params.take(pos),
+                             arrays.take(pos), traffic, ttft, tpot, margins, scale_out)
+        _place(out, got, pos, len(rows))
     return out
+
+
+#: The keys of :func:`workload_capacity` that rows with roles get (the search reads these).
+_CAPACITY_KEYS = ("max_rate_per_s", "central_rate_per_s", "ttft_p95_s", "tpot_p95_s",
+                  "slo_violated_at_low_load")
+
+
+def _role_capacity(problem: Problem, role: str, rows: pd.DataFrame, workload, params: ServingParams,
+                   arrays: ConfigArrays, traffic: TrafficArrays, ttft: float, tpot: float,
+                   margins: Margins | None, scale_out_bytes_per_s: float) -> dict:
+    """:func:`workload_capacity` of rows that all have ``role``: the aggregated ones as there
+    (``rows``: without their role; the capacities read their arrays only), the prefill-role
+    and decode-role ones by :func:`planner.disagg_roles.role_capacity`."""
+    if role == "both":
+        return workload_capacity(problem, rows, workload, params, tpot, ttft, arrays=arrays, margins=margins)
+    from planner import disagg_roles
+
+    return disagg_roles.role_capacity(role, arrays, params, traffic, workload, ttft, tpot,
+                                      margins or Margins(confidence=0.5, max_load_fraction=1.0),
+                                      scale_out_bytes_per_s)
+
+
+def _place(out: dict, got: dict, pos: np.ndarray, size: int) -> None:
+    """Put :data:`_CAPACITY_KEYS` of ``got`` (one role's rows) at positions ``pos`` of ``out``'s
+    arrays of ``size`` rows (made on first use: floats, the violated SLO as objects)."""
+    for key in _CAPACITY_KEYS:
+        value = np.broadcast_to(np.asarray(got[key]), (len(pos),))
+        if key not in out:
+            out[key] = np.empty(size, dtype=object if key == "slo_violated_at_low_load" else float)
+        out[key][pos] = value
 
 
 def rejection_counts(candidates: pd.DataFrame) -> dict[str, int]:

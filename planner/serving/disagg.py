@@ -110,7 +110,8 @@ class DisaggArrays:
         prefill, prefill_params = self.prefill.take(rows), self.prefill_params.take(rows)
         # one side taken once where both sides are one object (a role row's pair)
         decode = prefill if self.decode is self.prefill else self.decode.take(rows)
-        decode_params = prefill_params if self.decode_params is self.prefill_params else self.decode_params.take(rows)
+        same = self.decode_params is self.prefill_params
+        decode_params = prefill_params if same else self.decode_params.take(rows)
         return DisaggArrays(prefill, decode, prefill_params, decode_params, pick(self.prefill_replicas),
                             pick(self.decode_replicas), pick(self.scale_out_bytes_per_s),
                             pick(self.kv_transfer_latency_s))

@@ -2,12 +2,16 @@
 decode_capacities; serving/disagg.py: DisaggArrays.take, decode_state's kept step model and
 slots; tails.normal_p95_offset) against plain bisections written out here, one per SLO over
 every row, bit for bit, on seeded random rows (dense and MoE, several GPUs, TP, PP, batches,
-efficiencies)."""
+efficiencies); the search's role copies against the search of every role row."""
 
 import numpy as np
+import pandas as pd
+import pytest
+import yaml
 
-from planner import disagg_roles
+from planner import disagg_roles, search
 from planner.margins import Margins
+from planner.problem import load_problem
 from planner.serving import disagg, tails
 from planner.serving.queueing import CAPACITY_BISECTION_STEPS, TrafficArrays
 from planner.traffic import LogNormal
@@ -71,7 +75,8 @@ def test_normal_p95_offset_is_the_one_normal_mixture_bit_for_bit():
     with np.errstate(all="ignore"):     # the mixture's s^4 overflows and 0/0 outside the safe range
         _same(tails.normal_p95_offset(sds), tails.mixture_p95_offset([sds]))
         safe = sds[:400]
-        _same(tails.normal_p95_offset(safe), tails.mixture_p95_offset([safe]), "safe")   # the one-point bracket
+        # the one-point bracket
+        _same(tails.normal_p95_offset(safe), tails.mixture_p95_offset([safe]), "safe")
         _same(tails.normal_p95_offset(safe), tails.Z95 * safe, "Z95 sd")
         for one in (0.01, 0.0, np.nan):
             _same(tails.normal_p95_offset(np.float64(one)), tails.mixture_p95_offset([np.float64(one)]), one)
@@ -126,7 +131,8 @@ def test_role_capacity_is_the_margins_of_the_plain_capacities(catalog):
         else:
             central, held = (_plain_decode(d, TRAFFIC, x, tpot) for x in (tpot, held_tpot))
         _same(got["central_rate_per_s"], central["rate_per_s"], role)
-        _same(got["max_rate_per_s"], np.minimum(held["rate_per_s"], margins.load_cap(central["rate_per_s"])), role)
+        planned = np.minimum(held["rate_per_s"], margins.load_cap(central["rate_per_s"]))
+        _same(got["max_rate_per_s"], planned, role)
         assert ((got["max_rate_per_s"] > 0) & (got["max_rate_per_s"] < got["central_rate_per_s"])).any()
 
 
@@ -138,3 +144,49 @@ def test_disagg_arrays_take_gives_the_rows_states(catalog):
     whole, part = disagg.decode_state(d, TRAFFIC, n), disagg.decode_state(d.take(rows), TRAFFIC, n[rows])
     for key in whole:
         _same(part[key], whole[key][rows], key)
+
+
+def _frames_equal(got: pd.DataFrame, ref: pd.DataFrame) -> None:
+    assert list(got.columns) == list(ref.columns) and got.index.equals(ref.index)
+    for column in ref.columns:
+        a, b = got[column].to_numpy(), ref[column].to_numpy()
+        assert a.dtype == b.dtype, column
+        if a.dtype.kind == "f":
+            assert a.tobytes() == b.tobytes(), column
+        else:
+            assert (a == b).all(), column
+
+
+@pytest.mark.parametrize("roles", [[False, True], [True]])
+def test_role_copies_give_the_search_of_every_role_row(tmp_path, monkeypatch, roles):
+    """The search with each configuration evaluated once for its role rows
+    (search._role_copies, _role_copy_capacities) against the search of every role row: the
+    candidate table and the carried parameters, bit for bit (two workloads: the second at
+    its own lengths)."""
+    chat = {"name": "chat", "model": "llama-3.1-70b", "rate_per_s": 20,
+            "prompt_tokens": {"mean": 2000, "p95": 6000}, "output_tokens": {"mean": 400, "p95": 1000},
+            "slo": {"ttft_p95_s": 2.0, "tpot_p95_s": 0.03}}
+    rag = {**chat, "name": "rag", "prompt_tokens": {"mean": 6000, "p95": 12000},
+           "slo": {"ttft_p95_s": 4.0, "tpot_p95_s": 0.05}}
+    spec = {"name": "roles", "workloads": [chat, rag],
+            "search": {"gpus": ["h100-sxm", "h200-sxm", "a100-sxm-80gb", "l40s"],
+                       "quantization": ["bf16", "fp8"], "kv_cache_dtype": ["bf16", "fp8"], "tp": [1, 2, 4, 8], "pp": [1, 2],
+                       "max_batch": [8, 64, 256], "disaggregation": roles}}
+    path = tmp_path / "roles.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    problem = load_problem(path)
+    calls, copies = [], search._role_copy_capacities
+    monkeypatch.setattr(search, "_role_copy_capacities",
+                        lambda *a, **k: calls.append(a[1].name) or copies(*a, **k))
+    got, got_params = search.candidates_and_params(problem)
+    assert calls == ["chat", "rag"]    # the role copies' path, once per workload
+    monkeypatch.setattr(search, "_role_copies", lambda coded, evaluated: None)
+    ref, ref_params = search.candidates_and_params(problem)
+    _frames_equal(got, ref)
+    assert got_params.ids.equals(ref_params.ids)
+    for key, value in ref_params.per_candidate.as_dict().items():
+        _same(got_params.per_candidate.as_dict()[key], value, key)
+    for name in ("chat", "rag"):   # role rows with and without capacity
+        rate = got[f"capacity_per_s[{name}]"]
+        for role in ("prefill", "decode"):
+            assert (rate[got["role"] == role] > 0).any() and (rate[got["role"] == role] == 0).any()
