@@ -344,32 +344,35 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
     share = group_sums(pd.Index(routing["candidate_id"]), routing["rate_per_s"].to_numpy(float) / cap,
                        pd.Index(deployments["candidate_id"]))
     load = share / deployments["replicas"].to_numpy(float)
-    return with_pools(deployments.assign(planned_load_fraction=deployments["load_fraction"], load_fraction=load))
+    columns = {"planned_load_fraction": deployments["load_fraction"].to_numpy(), "load_fraction": load}
+    if "role" in deployments.columns:
+        columns["pool"] = pool_ids(deployments)
+    return deployments.assign(**columns)
 
 
-def with_pools(deployments: pd.DataFrame) -> pd.DataFrame:
-    """``deployments`` with ``pool`` where they have roles: a pool is the prefill and decode
-    deployments serving one model's disaggregated traffic with one weight format and KV
-    dtype (:data:`planner.optimize.prune.POOL_KEY`; the optimizer's ``pd_balance`` per
+def pool_ids(deployments: pd.DataFrame) -> np.ndarray:
+    """The ``pool`` of each deployment (with a ``role`` column): a pool is the prefill and
+    decode deployments serving one model's disaggregated traffic with one weight format and
+    KV dtype (:data:`planner.optimize.prune.POOL_KEY`; the optimizer's ``pd_balance`` per
     workload and pool; a model's workloads share its pools). Its id is the model id, or
     ``<model>-<format>-kv-<kv dtype>`` where the plan has several pools of one model; None
-    for the aggregated (``both``) deployments. Without a ``role`` column: unchanged."""
-    if "role" not in deployments.columns:
-        return deployments
-    keys = candidate_pools(deployments)
-    models = deployments["model"].to_numpy(object)
-    pooled = keys != ""
-    per_model = pd.Series(keys[pooled]).groupby(models[pooled]).nunique()
+    for the aggregated (``both``) deployments."""
+    keys = candidate_pools(deployments).tolist()
+    models = deployments["model"].to_numpy(object).tolist()
+    per_model: dict = {}
+    for model, key in zip(models, keys):
+        if key:
+            per_model.setdefault(model, set()).add(key)
 
     def pool_id(model, key):
         if not key:
             return None
-        if per_model[model] == 1:
+        if len(per_model[model]) == 1:
             return model
         _, fmt, kv = key.split("|")
         return f"{model}-{fmt}-kv-{kv}"
 
-    return deployments.assign(pool=np.array([pool_id(m, k) for m, k in zip(models, keys)], dtype=object))
+    return np.array([pool_id(m, k) for m, k in zip(models, keys)], dtype=object)
 
 
 def _traffic_weighted(routing: pd.DataFrame, column: str) -> float:

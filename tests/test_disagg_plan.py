@@ -144,13 +144,13 @@ def test_a_pool_shares_one_weight_format_and_kv_dtype(tmp_path):
 
 
 def test_pool_ids_name_the_format_when_a_model_has_several_pools():
-    from planner.planning import with_pools
+    from planner.planning import pool_ids
 
     deployments = pd.DataFrame({"model": ["m"] * 5, "role": ["prefill", "decode", "prefill", "decode", "both"],
                                 "quantization": ["fp8", "fp8", "bf16", "bf16", "fp8"],
                                 "kv_cache_dtype": ["fp8", "fp8", "bf16", "bf16", "fp8"]})
     def ids(frame):
-        return [p if isinstance(p, str) else None for p in with_pools(frame)["pool"]]  # None or NaN: no pool
+        return [p if isinstance(p, str) else None for p in pool_ids(frame)]  # None: no pool
 
     assert ids(deployments) == ["m-fp8-kv-fp8", "m-fp8-kv-fp8", "m-bf16-kv-bf16",
                                                         "m-bf16-kv-bf16", None]
