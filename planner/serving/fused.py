@@ -88,14 +88,23 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     return {key: out[key] for key in _KEYS + tuple(k for k in out if k not in _KEYS)}
 
 
+def _ndim(value) -> int:
+    """``np.ndim`` of an array or a scalar, without its exception path for Python floats
+    (1 us a call; the parameters are often Python floats)."""
+    ndim = getattr(value, "ndim", None)
+    if ndim is None:
+        return 0 if isinstance(value, (float, int)) else np.ndim(value)
+    return ndim
+
+
 def _cut(value, cut: slice):
-    return value[cut] if value is not None and np.ndim(value) == 1 else value
+    return value[cut] if value is not None and _ndim(value) == 1 else value
 
 
 def _sliced(values: dict):
     """A function of a row slice that gives ``values`` there (arrays cut, scalars as they
     are): which entries are arrays is decided once per call, not once per block."""
-    arrays = [(k, v) for k, v in values.items() if v is not None and np.ndim(v) == 1]
+    arrays = [(k, v) for k, v in values.items() if v is not None and _ndim(v) == 1]
 
     def at(cut: slice) -> dict:
         got = dict(values)
@@ -107,12 +116,12 @@ def _sliced(values: dict):
 
 def _at(value, rows):
     """``value`` at positions ``rows`` (a scalar as it is)."""
-    return value[rows] if np.ndim(value) else value
+    return value[rows] if _ndim(value) else value
 
 
 def _few(mask, n: int) -> np.ndarray | None:
     """Positions among ``n`` rows where ``mask`` holds, or None where it holds nowhere."""
-    if np.ndim(mask) == 0:
+    if _ndim(mask) == 0:
         return np.arange(n) if mask else None
     rows = mask.nonzero()[0]
     return rows if rows.size else None
@@ -131,9 +140,9 @@ def _moe_reads(moe, c: dict, expert_bytes, dense_read, fraction, scratch: Scratc
     m, n = moe.size, dense_read.shape[0]
     new = scratch.new
 
-    def at(value, got):
-        if np.ndim(value):
-            return np.take(value, moe, out=got)
+    def at(value, got):     # mode "clip": no bounds check (the positions are in range), 30 % faster
+        if _ndim(value):
+            return np.take(value, moe, out=got, mode="clip")
         got[...] = value
         return got
 
@@ -404,7 +413,7 @@ def _link_latency(kind, p: dict, out: np.ndarray, fast_rows: np.ndarray):
     """roofline.allreduce_latency_s into ``out``: NVLink-class links vs PCIe/Ethernet (a
     table lookup when both latencies are scalars)."""
     fast, slow = p["allreduce_latency_nvlink_s"], p["allreduce_latency_pcie_s"]
-    if np.ndim(fast) or np.ndim(slow) or not np.ndim(kind):
+    if _ndim(fast) or _ndim(slow) or not _ndim(kind):
         out[...] = np.where(kind == LINK_FAST, fast, slow)
         return out
     return _pick(*_latency_table(float(slow), float(fast)), np.equal(kind, LINK_FAST, out=fast_rows), out)
