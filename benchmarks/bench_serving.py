@@ -9,7 +9,8 @@ batch x context), then times ``planner.serving.evaluate.evaluate`` on all of the
 shared machine disturb less, each line with the load average), with one thread and with
 ``--threads`` (default: what ``PLANNER_THREADS`` or the CPU count gives,
 :mod:`planner.serving.parallel`); a first line times the process's first call alone
-(what a ``planner`` command pays: fresh outputs and thread buffers).
+(what a ``planner`` command pays: fresh outputs and thread buffers); the timed lines name
+the blocks the rows were cut into (``planner.serving.evaluate.block_rows``).
 
 The search reads only a few of those outputs; its own use of the serving model is the
 capacity at SLO of every live configuration (``planner.serving.queueing.capacities_at_slos``
@@ -30,7 +31,7 @@ import pandas as pd
 from planner.catalog import load_catalog
 from planner.configs import config_arrays
 from planner.margins import Margins
-from planner.serving.evaluate import evaluate
+from planner.serving.evaluate import block_rows, evaluate
 from planner.serving.parallel import THREADS_ENV, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.queueing import TrafficArrays, capacities_at_slos
@@ -108,7 +109,9 @@ def main() -> None:
     report("evaluate, 1 thread, first call of the process", n, wall, cpu)
     for count in dict.fromkeys([1, threads]):
         wall, cpu = with_threads(count, lambda: best_of(args.repeats, call))
-        report(f"evaluate, {count} thread{'s' if count > 1 else ''} (best of {args.repeats})", n, wall, cpu)
+        size = block_rows(n, count)
+        report(f"evaluate, {count} thread{'s' if count > 1 else ''} (best of {args.repeats}; "
+               f"{-(-n // size)} blocks of {size:,} rows)", n, wall, cpu)
     assert out["tpot_s"].shape == (n,)
     m = min(args.capacity_n, n)
     if m > 0:

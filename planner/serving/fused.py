@@ -88,14 +88,23 @@ def evaluate_rows(c: ConfigArrays, p: ServingParams, users, usd_per_gpu_hour, ro
     return {key: out[key] for key in _KEYS + tuple(k for k in out if k not in _KEYS)}
 
 
+def _ndim(value) -> int:
+    """``np.ndim`` of an array or a scalar, without its exception path for Python floats
+    (1 us a call; the parameters are often Python floats)."""
+    ndim = getattr(value, "ndim", None)
+    if ndim is None:
+        return 0 if isinstance(value, (float, int)) else np.ndim(value)
+    return ndim
+
+
 def _cut(value, cut: slice):
-    return value[cut] if value is not None and np.ndim(value) == 1 else value
+    return value[cut] if value is not None and _ndim(value) == 1 else value
 
 
 def _sliced(values: dict):
     """A function of a row slice that gives ``values`` there (arrays cut, scalars as they
     are): which entries are arrays is decided once per call, not once per block."""
-    arrays = [(k, v) for k, v in values.items() if v is not None and np.ndim(v) == 1]
+    arrays = [(k, v) for k, v in values.items() if v is not None and _ndim(v) == 1]
 
     def at(cut: slice) -> dict:
         got = dict(values)
@@ -107,65 +116,64 @@ def _sliced(values: dict):
 
 def _at(value, rows):
     """``value`` at positions ``rows`` (a scalar as it is)."""
-    return value[rows] if np.ndim(value) else value
+    return value[rows] if _ndim(value) else value
 
 
 def _few(mask, n: int) -> np.ndarray | None:
     """Positions among ``n`` rows where ``mask`` holds, or None where it holds nowhere."""
-    if np.ndim(mask) == 0:
+    if _ndim(mask) == 0:
         return np.arange(n) if mask else None
     rows = mask.nonzero()[0]
     return rows if rows.size else None
 
 
-def _moe_reads(moe, c: dict, per_stage, micro, expert_bytes, dense_read, fraction, scratch: Scratch):
+def _moe_reads(moe, c: dict, expert_bytes, dense_read, fraction, scratch: Scratch):
     """The weight reads at the micro-batch, the batch and the prompt (roofline.weight_read_bytes:
     ``dense + experts x (1 - miss^tokens)``), each ``dense_read`` but on the MoE rows ``moe``,
     computed on those rows only (three buffers lent by ``scratch``); the expert read fraction
     at b/S into ``fraction``.
 
-    The power is taken on every MoE row, at ``min(tokens, cap)`` (:func:`_token_cap`): the
-    same fraction, without the subnormal powers (4-6x slower) of saturated rows."""
+    The three token counts of the MoE rows are the rows of one ``(3, m)`` buffer, so that
+    each step is one numpy call for all three; the power is taken on every MoE row, at
+    ``min(tokens, cap)`` (:func:`_token_cap`): the same fraction, without the subnormal
+    powers (4-6x slower) of saturated rows."""
     m, n = moe.size, dense_read.shape[0]
     new = scratch.new
 
-    def at(value):
-        got = new(m)
-        if np.ndim(value):
-            return np.take(value, moe, out=got)
+    def at(value, got):     # mode "clip": no bounds check (the positions are in range), 30 % faster
+        if _ndim(value):
+            return np.take(value, moe, out=got, mode="clip")
         got[...] = value
         return got
 
-    miss = at(c["num_experts"])
+    miss = at(c["num_experts"], new(m))
     np.maximum(miss, 1, out=miss)
-    k = at(c["experts_per_token"])
+    k = at(c["experts_per_token"], new(m))
     np.divide(k, miss, out=miss)
     np.subtract(1.0, miss, out=miss)
     cap = _token_cap(miss, k)
-    stage_tokens = at(per_stage)
-    stage = _missed(miss, stage_tokens, cap, new(m))
-    fraction[moe] = stage
-    eb, base = at(expert_bytes), at(dense_read)
-    part = new(m)
-
-    def read(f):
-        got = _copy(dense_read, new(n))
-        np.multiply(eb, f, out=part)
-        np.add(part, base, out=part)
-        got[moe] = part
-        return got
-
-    tokens = at(micro)        # b/S but where b < S
-    todo = _few(tokens != stage_tokens, m)
+    # tokens: b/S, b, the prompt (b/S from the rows' b and S: the same quotient as per_stage)
+    tokens = scratch.stack("moe_tokens", 3, m)
+    batch = at(c["batch"], tokens[1])
+    stages = at(c["pp"], new(m))
+    np.divide(batch, stages, out=tokens[0])
+    at(c["prompt_tokens"], tokens[2])
+    micro_moe = np.minimum(batch, 1.0, out=stages)     # micro_batch: max(b/S, min(b, 1))
+    np.maximum(tokens[0], micro_moe, out=micro_moe)
+    reads = _missed(miss, tokens, cap, scratch.stack("moe_reads", 3, m))
+    fraction[moe] = reads[0]
+    todo = _few(micro_moe != tokens[0], m)   # b < S: the micro-batch is not b/S
     if todo is not None:
-        stage[todo] = 1.0 - miss[todo] ** np.minimum(tokens[todo], cap[todo])
-    read_micro = read(stage)                  # the fraction at b/S is already written
-    batch = at(c["batch"])
-    read_batch = read(_missed(miss, batch, cap, batch))
-    prompt = at(c["prompt_tokens"])
-    read_prompt = read(_missed(miss, prompt, cap, prompt))
-    scratch.free(miss, k, stage_tokens, stage, eb, base, part, tokens, batch, prompt)
-    return read_micro, read_batch, read_prompt
+        reads[0, todo] = 1.0 - miss[todo] ** np.minimum(micro_moe[todo], cap[todo])
+    np.multiply(at(expert_bytes, miss), reads, out=reads)    # experts x fraction + dense
+    reads += at(dense_read, cap)
+    got = []
+    for row in reads:
+        read = _copy(dense_read, new(n))
+        read[moe] = row
+        got.append(read)
+    scratch.free(miss, cap, stages)
+    return tuple(got)
 
 
 def _copy(value, out):
@@ -257,16 +265,17 @@ def _block(c: dict, p: dict, users, usd, out: dict, scratch: Scratch) -> None:
     expert_bytes = mul(c["routed_expert_params"], w, out=new(n))
     dense_read = np.subtract(weights, expert_bytes, out=new(n))
     moe = _few(c["num_experts"] > 0, n)
-    per_stage = div(b, pp, out=new(n))
-    micro = np.minimum(b, 1.0, out=new(n))
-    np.maximum(per_stage, micro, out=micro)
+    micro = div(b, pp, out=new(n))           # micro_batch: max(b/S, min(b, 1))
+    at_least_one = np.minimum(b, 1.0, out=new(n))
+    np.maximum(micro, at_least_one, out=micro)
+    free(at_least_one)
     pt = c["prompt_tokens"]
     if moe is None:         # the expert read fraction stays 0 (zero-filled)
         read_micro = read_prompt = read_batch = dense_read
     else:
         read_micro, read_batch, read_prompt = _moe_reads(
-            moe, c, per_stage, micro, expert_bytes, dense_read, out["expert_read_fraction"], scratch)
-    free(per_stage, expert_bytes)
+            moe, c, expert_bytes, dense_read, out["expert_read_fraction"], scratch)
+    free(expert_bytes)
 
     def free_read(read):    # a read of MoE rows (dense_read itself is given back last)
         if read is not dense_read:
@@ -404,7 +413,7 @@ def _link_latency(kind, p: dict, out: np.ndarray, fast_rows: np.ndarray):
     """roofline.allreduce_latency_s into ``out``: NVLink-class links vs PCIe/Ethernet (a
     table lookup when both latencies are scalars)."""
     fast, slow = p["allreduce_latency_nvlink_s"], p["allreduce_latency_pcie_s"]
-    if np.ndim(fast) or np.ndim(slow) or not np.ndim(kind):
+    if _ndim(fast) or _ndim(slow) or not _ndim(kind):
         out[...] = np.where(kind == LINK_FAST, fast, slow)
         return out
     return _pick(*_latency_table(float(slow), float(fast)), np.equal(kind, LINK_FAST, out=fast_rows), out)

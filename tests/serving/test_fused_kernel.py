@@ -35,15 +35,29 @@ def test_pick_by_octets_equals_the_two_entry_take(n):
         assert out.tobytes() == table.take(mask.view(np.uint8)).tobytes()
 
 
-@pytest.mark.parametrize("threads", [1, 2, 8])
-@pytest.mark.parametrize("rows", [1, 16384, 74_880, 200_000, 1_000_000, 10_000_000])
-def test_block_rows_within_bounds_and_leaving_blocks_to_every_thread(rows, threads):
-    """Blocks of [BLOCK_ROWS, MAX_BLOCK_ROWS] rows; between the bounds, exactly
-    BLOCKS_PER_THREAD blocks per thread (hand values: 74,880 rows on 2 threads -> 18,720)."""
+@pytest.mark.parametrize("threads", [1, 2, 3, 8])
+@pytest.mark.parametrize("rows", [1, 16384, 16385, 20_000, 74_880, 200_000, 1_000_000, 10_000_000])
+def test_block_rows_within_bounds_and_leaving_every_thread_the_same_rows(rows, threads):
+    """Blocks of at most MAX_BLOCK_ROWS rows, a multiple of BLOCK_ALIGN_ROWS; one block where
+    BLOCK_ROWS rows hold them all; otherwise a count of blocks that is a multiple of the
+    threads (or of itself, where fewer), all of one size but the last, which is at most
+    BLOCK_ALIGN_ROWS rows shorter per block: each thread gets the same rows, within 8 per block.
+    Hand values: 74,880 rows on 2 threads -> 4 blocks of 18,720; 1,000,000 on 2 threads ->
+    16 blocks of 62,504 (the last 62,440), where the bounds alone gave 15 of 65,536 and one
+    of 16,960."""
     from planner.serving import evaluate as ev
 
     block = ev.block_rows(rows, threads)
-    assert ev.BLOCK_ROWS <= block <= ev.MAX_BLOCK_ROWS
-    if ev.BLOCK_ROWS < block < ev.MAX_BLOCK_ROWS:
-        assert -(-rows // block) == ev.BLOCKS_PER_THREAD * threads
-    assert ev.block_rows(74_880, 2) == 18_720 and ev.block_rows(1_000_000, 2) == ev.MAX_BLOCK_ROWS
+    blocks = -(-rows // block)
+    assert block <= ev.MAX_BLOCK_ROWS and block % ev.BLOCK_ALIGN_ROWS == 0
+    if rows <= ev.BLOCK_ROWS:
+        assert blocks == 1
+    else:
+        assert blocks > 1 and blocks % min(threads, blocks) == 0 and block >= ev.BLOCK_ROWS // 2
+        last = rows - (blocks - 1) * block
+        assert 0 <= block - last < blocks * ev.BLOCK_ALIGN_ROWS
+        per_thread = [0] * min(threads, blocks)    # the shared iterator deals the blocks round the threads
+        for i in range(blocks):
+            per_thread[i % len(per_thread)] += block if i < blocks - 1 else last
+        assert max(per_thread) - min(per_thread) <= blocks * ev.BLOCK_ALIGN_ROWS
+    assert ev.block_rows(74_880, 2) == 18_720 and ev.block_rows(1_000_000, 2) == 62_504

@@ -38,6 +38,20 @@ def test_scratch_gives_one_buffer_per_name_reused_across_calls():
     assert _page_offset(a) != _page_offset(b)     # staggered from each other
 
 
+def test_scratch_stacks_rows_staggered_and_reused():
+    scratch = Scratch(64)
+    rows = scratch.stack("t", 3, 64)
+    assert rows.shape == (3, 64) and all(r.flags.c_contiguous for r in rows)
+    offsets = [_page_offset(r) for r in rows]
+    assert [(b - a) % PAGE_BYTES for a, b in zip(offsets, offsets[1:])] == [(64 * 8 + STAGGER_BYTES) % PAGE_BYTES] * 2
+    rows[:] = 5.0
+    again = scratch.stack("t", 2, 10)            # fewer rows of a ragged block: the same memory
+    assert again.shape == (2, 10) and again[0].ctypes.data == rows[0].ctypes.data and (again == 5.0).all()
+    assert again[1].ctypes.data == rows[1].ctypes.data
+    other = scratch.stack("u", 2, 64)
+    assert not np.shares_memory(other, rows) and not np.shares_memory(scratch.new(64), rows)
+
+
 @pytest.fixture(scope="module")
 def edge_rows(catalog):
     """Rows of every kind the fused pass treats apart, several of each, shuffled."""
