@@ -53,8 +53,9 @@ def check_context(where: str, model_id: str, window: int, prompt: LengthDistribu
 def check_engine_runs(engine: str | None, catalog: Catalog, gpu_id: str, weight_format: str,
                       kv_cache_dtype: str) -> list[str]:
     """A known ``engine`` must document the GPU's architecture and the formats
-    (catalogs/engines.yaml) for a single configuration (``planner eval``/``sweep``'s
-    ``--engine``): lines naming the flag, [] if fine or without an engine."""
+    (catalogs/engines.yaml) for a single configuration (the
+    ``--engine`` of ``planner eval``, ``sweep`` and ``simulate``): lines naming the flag, [] if
+    fine or without an engine."""
     if engine is None or check_engine(engine, catalog):
         return []
     from planner.compat import engine_table
