@@ -40,7 +40,7 @@ from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.lpbound import candidate_lower_bounds
 from planner.optimize.model import BuiltModel
 from planner.optimize.nextplan import WholeModelSearch
-from planner.optimize.solve import SolveResult
+from planner.optimize.solve import SolveResult, plan_cost_units
 from planner.optimize.tiebreak import tie_break_weight
 
 #: Relative headroom of each threshold above the cost that set it: the ranking's later plans
@@ -117,8 +117,7 @@ class BoundedSearch:
         extra = 0
         while True:
             result = self.search.next(kind, last=last)
-            cost = (None if result.replicas is None else
-                    int(self.sub.price_units.to_numpy(dtype=object) @ result.replicas.to_numpy(np.int64).astype(object)))
+            cost = None if result.replicas is None else plan_cost_units(self.sub, result.replicas.to_numpy())
             exact = result.status == SolveStatus.OPTIMAL and cost <= self.threshold
             if exact or self.complete:
                 return self._lifted(result, extra, time.perf_counter() - start)

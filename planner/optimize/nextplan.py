@@ -40,7 +40,7 @@ from ortools.sat.python import cp_model
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.model import BuiltModel
 from planner.optimize.cutseq import CutSequence, no_good_cut
-from planner.optimize.solve import SolveResult, combine_results
+from planner.optimize.solve import SolveResult, combine_results, plan_cost_units
 from planner.optimize.tiebreak import tie_break_weight
 
 #: The kinds of model a search step solves (see the module docstring).
@@ -184,7 +184,7 @@ class _BlockList:
         if result.replicas is None:
             raise _Undecided
         y = result.replicas.to_numpy(np.int64)
-        key = (int(self.block.price_units.to_numpy(dtype=object) @ y.astype(object)),
+        key = (plan_cost_units(self.block, y),
                int(self.block.tie_break_weights.to_numpy(np.int64) @ y))
         self._add(_Entry(result, key, frozenset(self.block.replicas.index[y > 0])))
 

@@ -161,7 +161,7 @@ def cost_phase(built: BuiltModel, options: SolverOptions, hint: dict | None = No
     if status not in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE):
         return phase
     y = solution_values(solver, built.replicas)
-    cost_units = int(built.price_units.to_numpy(dtype=object) @ y.astype(object))
+    cost_units = plan_cost_units(built, y)
     if code == cp_model.OPTIMAL and options.relative_gap_limit == 0:
         bound_units = cost_units
     elif weight is None:
@@ -205,6 +205,11 @@ def finish_solve(built: BuiltModel, phase: CostPhase, options: SolverOptions, *,
     objective = plan_cost_usd(built, y)
     return SolveResult(phase.status, objective, phase.bound_units / COST_UNITS_PER_USD, phase.gap,
                        phase.seconds + time.perf_counter() - start, params, built.scales, replicas, traffic)
+
+
+def plan_cost_units(built: BuiltModel, replicas: np.ndarray) -> int:
+    """Exact scaled cost [cost units / h] of ``replicas`` (aligned with ``built.replicas``)."""
+    return int(built.price_units.to_numpy(dtype=object) @ np.asarray(replicas, dtype=np.int64).astype(object))
 
 
 def plan_cost_usd(built: BuiltModel, replicas: np.ndarray) -> float:
@@ -258,7 +263,7 @@ def combine_results(built: BuiltModel, blocks: list[BuiltModel], results: list, 
     for block, r in zip(blocks, results):
         y.loc[block.replicas.index] = r.replicas.to_numpy(np.int64)
         x.loc[block.traffic.index] = r.traffic_units.to_numpy(np.int64)
-        cost = int(block.price_units.to_numpy(dtype=object) @ r.replicas.to_numpy(np.int64).astype(object))
+        cost = plan_cost_units(block, r.replicas.to_numpy(np.int64))
         cost_units += cost
         bound_units += cost if r.gap == 0 else round(r.best_bound_usd_per_hour * COST_UNITS_PER_USD)
     gap = 0.0 if cost_units == bound_units else (cost_units - bound_units) / max(cost_units, 1)
