@@ -71,11 +71,13 @@ def serving_params(problem: Problem, rows: pd.DataFrame | None = None, coded: di
 
 
 def problem_params(problem: Problem, ids: pd.Index | None = None,
-                   per_candidate: ServingParams | None = None) -> parameters.ProblemParams:
+                   per_candidate: ServingParams | None = None,
+                   id_order: np.ndarray | None = None) -> parameters.ProblemParams:
     """The problem's parameters to carry: overrides, base, description, and the evaluated
-    candidates' own (``ids``, ``per_candidate``; none for measured capacities)."""
+    candidates' own (``ids``, ``per_candidate``, ``id_order``: the permutation sorting ``ids``;
+    none for measured capacities)."""
     overrides = serving_overrides(problem)
-    extra = {} if ids is None else {"ids": ids, "per_candidate": per_candidate}
+    extra = {} if ids is None else {"ids": ids, "per_candidate": per_candidate, "id_order": id_order}
     return parameters.ProblemParams(overrides=overrides, base=serving_params(problem),
                                     used=parameters.describe(problem.calibration, overrides,
                                                              problem.spec.serving.engine),
@@ -156,7 +158,18 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
     rows = np.concatenate([start + at for start, at in zip(starts, positions)]).astype(int)
     sizes = [len(at) for at in positions]
-    return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
+    return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes),
+                                           _sorting_order(order, rows))
+
+
+def _sorting_order(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The permutation that sorts ``rows`` (positions in a table whose sorted order is
+    ``order``) by their place in the sorted table: O(n), no sort."""
+    place = np.empty(len(order), dtype=np.intp)
+    place[order] = np.arange(len(order))
+    mark = np.full(len(order), -1, dtype=np.intp)
+    mark[place[rows]] = np.arange(len(rows))
+    return mark[mark >= 0]
 
 
 def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, np.ndarray, dict]:
