@@ -17,7 +17,9 @@ plans from a smaller model:
   model, so the whole model's optimum costs at most as much: the threshold rises to
   (1 + :data:`RESTRICTION_HEADROOM`) times its cost (to its cost alone when the caller's
   ``last`` says no plan follows one of that cost), and the same step is solved again on
-  the larger restriction, whose optimum then costs at most the threshold (exact). When the
+  the larger restriction, whose optimum then costs at most the threshold (exact); when no
+  candidate's bound lies between the two thresholds, the restriction is already the larger
+  one and its plan is exact as it stands (nothing is solved again). When the
   restriction is infeasible or a solve is not proven optimal, the step is solved again with
   every candidate that some plan can deploy (the whole model's answer, time limit included).
 
@@ -121,14 +123,24 @@ class BoundedSearch:
             exact = result.status == SolveStatus.OPTIMAL and cost <= self.threshold
             if exact or self.complete:
                 return self._lifted(result, extra, time.perf_counter() - start)
-            extra += int(result.solver_params.get("num_solves", 1))
             if result.status != SolveStatus.OPTIMAL:
                 grown = math.inf
             elif last is not None and last(result.objective_usd_per_hour):
                 grown = cost            # no plan after this one: the least exact threshold
             else:
                 grown = cost * (1 + RESTRICTION_HEADROOM)
-            self._restrict(max(grown, self.threshold))
+            threshold = max(grown, self.threshold)
+            if result.status == SolveStatus.OPTIMAL and self._kept(threshold) == self._kept(self.threshold):
+                # no bound lies between the thresholds: this restriction (and its search, cuts
+                # included) is already that of the larger one, where its optimum is exact
+                self.threshold = threshold
+                return self._lifted(result, extra, time.perf_counter() - start)
+            extra += int(result.solver_params.get("num_solves", 1))
+            self._restrict(threshold)
+
+    def _kept(self, threshold: float) -> int:
+        """How many candidates a restriction to ``threshold`` keeps (finite bounds at most it)."""
+        return int(np.count_nonzero(np.isfinite(self.bounds) & (self.bounds <= threshold)))
 
     def forbid(self, used: set) -> None:
         self.found.append(frozenset(used))
