@@ -19,9 +19,12 @@ plans from a smaller model:
   ``last`` says no plan follows one of that cost), and the same step is solved again on
   the larger restriction, whose optimum then costs at most the threshold (exact); when no
   candidate's bound lies between the two thresholds, the restriction is already the larger
-  one and its plan is exact as it stands (nothing is solved again). When the
-  restriction is infeasible or a solve is not proven optimal, the step is solved again with
-  every candidate that some plan can deploy (the whole model's answer, time limit included).
+  one and its plan is exact as it stands (nothing is solved again). A plan that will be
+  solved again is, to the restricted search, the last one (its ``last``): it looks nothing
+  ahead for it, nor runs anything beside its proof, which only the dropped restriction
+  would use. When the restriction is infeasible or a solve is not proven optimal, the step
+  is solved again with every candidate that some plan can deploy (the whole model's
+  answer, time limit included).
 
 The first threshold is (1 + :data:`RESTRICTION_HEADROOM`) times the LP's own lower bound of
 the optimum, raised to keep at least :data:`RESTRICTION_LEAST_CANDIDATES` candidates; a
@@ -42,6 +45,7 @@ from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.lpbound import candidate_lower_bounds
 from planner.optimize.model import BuiltModel
 from planner.optimize.nextplan import WholeModelSearch
+from planner.optimize.scaling import COST_UNITS_PER_USD
 from planner.optimize.solve import SolveResult, plan_cost_units
 from planner.optimize.tiebreak import tie_break_weight
 
@@ -117,26 +121,44 @@ class BoundedSearch:
         """The next plan of ``kind``, as :meth:`WholeModelSearch.next` of the whole model."""
         start = time.perf_counter()
         extra = 0
+
+        def ends(usd_per_hour: float) -> bool:
+            """The restricted search's ``last``: the caller's, and also when a plan of that cost
+            would be solved again on a larger restriction (nothing of this one is then needed
+            after it: no look-ahead, nothing beside). A prediction from the plan's cost in USD
+            (the exact test is in cost units); a wrong one costs time only."""
+            return ((last is not None and last(usd_per_hour))
+                    or self._solved_again(usd_per_hour * COST_UNITS_PER_USD, usd_per_hour, last))
+
         while True:
-            result = self.search.next(kind, last=last)
+            result = self.search.next(kind, last=ends)
             cost = None if result.replicas is None else plan_cost_units(self.sub, result.replicas.to_numpy())
             exact = result.status == SolveStatus.OPTIMAL and cost <= self.threshold
             if exact or self.complete:
                 return self._lifted(result, extra, time.perf_counter() - start)
-            if result.status != SolveStatus.OPTIMAL:
-                grown = math.inf
-            elif last is not None and last(result.objective_usd_per_hour):
-                grown = cost            # no plan after this one: the least exact threshold
-            else:
-                grown = cost * (1 + RESTRICTION_HEADROOM)
-            threshold = max(grown, self.threshold)
-            if result.status == SolveStatus.OPTIMAL and self._kept(threshold) == self._kept(self.threshold):
+            optimal = result.status == SolveStatus.OPTIMAL
+            threshold = self._raised(cost, result.objective_usd_per_hour, last) if optimal else math.inf
+            if optimal and self._kept(threshold) == self._kept(self.threshold):
                 # no bound lies between the thresholds: this restriction (and its search, cuts
                 # included) is already that of the larger one, where its optimum is exact
                 self.threshold = threshold
                 return self._lifted(result, extra, time.perf_counter() - start)
             extra += int(result.solver_params.get("num_solves", 1))
             self._restrict(threshold)
+
+    def _raised(self, cost_units: float, usd_per_hour: float, last) -> float:
+        """The threshold after an optimal plan of that cost ended above this one: (1 +
+        :data:`RESTRICTION_HEADROOM`) times its cost, its cost alone when ``last`` says no plan
+        follows it (the least exact threshold)."""
+        grown = cost_units if last is not None and last(usd_per_hour) else cost_units * (1 + RESTRICTION_HEADROOM)
+        return max(grown, self.threshold)
+
+    def _solved_again(self, cost_units: float, usd_per_hour: float, last) -> bool:
+        """Whether an optimal plan of the restriction at that cost would be solved again on a
+        larger one (:meth:`next`)."""
+        if self.complete or cost_units <= self.threshold:
+            return False
+        return self._kept(self._raised(cost_units, usd_per_hour, last)) > self._kept(self.threshold)
 
     def _kept(self, threshold: float) -> int:
         """How many candidates a restriction to ``threshold`` keeps (finite bounds at most it)."""

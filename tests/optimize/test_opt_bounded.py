@@ -198,3 +198,36 @@ def test_a_threshold_that_keeps_no_more_candidates_solves_nothing_again(monkeypa
     first = [f.result.solver_params["num_solves"] for f in (whole[0], mine[0])]
     assert first[0] == first[1]
     assert mine[1].result.solver_params["num_solves"] > whole[1].result.solver_params["num_solves"]
+
+
+def test_a_plan_solved_again_on_a_larger_restriction_runs_nothing_beside(monkeypatch):
+    """As above with big's bound at $2/h: the first plan ($3/h, from cheap and mid) raises the
+    threshold to $3/h, which keeps big, so that step is solved again on all three; its
+    restricted search looks nothing ahead for it (the loaded model's cost solve, run beside
+    the first plan's proof, would be of the restriction that is dropped)."""
+    from planner.optimize import nextplan
+
+    ids = pd.Index(["big", "cheap", "mid"], name="candidate_id")
+    cands = pd.DataFrame({"gpu": ["g3", "g1", "g2"], "gpus_per_replica": [1, 1, 1],
+                          "usd_per_replica_hour": [5.0, 1.0, 2.0]}, index=ids)
+    capacity = pd.DataFrame({"chat": [10.0, 2.0, 3.0]}, index=ids)
+    inst = PlanningInstance(cands, capacity, pd.Series({"chat": 6.0}))
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    whole = plan_alternatives(inst, 2, FAST, face_limit=1, built=build_model(inst, emit=False, prune=False))
+    _restrict_tiny_models(monkeypatch, 0.0)
+    monkeypatch.setattr(bounded, "candidate_lower_bounds", lambda built: np.array([2e6, 0.0, 0.0]))
+    made = _record_restrictions(monkeypatch)
+    ahead: list = []
+    real = nextplan.WholeModelSearch._loaded_ahead
+
+    def recording(self, support):
+        ahead.append(sorted(self.built.replicas.index))
+        real(self, support)
+
+    monkeypatch.setattr(nextplan.WholeModelSearch, "_loaded_ahead", recording)
+    mine = plan_alternatives(inst, 2, FAST, face_limit=1, built=build_model(inst, emit=False, prune=False))
+    assert _plan_tables(mine) == _plan_tables(whole)
+    assert [sorted(ids) for ids, _ in made] == [["cheap", "mid"], ["big", "cheap", "mid"]]
+    assert ahead in ([], [["big", "cheap", "mid"]])       # beside only with a second CPU
+    # the first plan counts the solves of the dropped step too
+    assert mine[0].result.solver_params["num_solves"] > whole[0].result.solver_params["num_solves"]
