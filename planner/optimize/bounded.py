@@ -39,6 +39,7 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
 from planner.optimize.blocks import restricted
 from planner.optimize.instance import SolverOptions, SolveStatus
@@ -104,6 +105,7 @@ class BoundedSearch:
         self.options, self.later, self.fraction = options, later, min_load_fraction
         self.weight = tie_break_weight(built)
         self.found: list[frozenset] = []
+        self._positions: tuple | None = None     # (restriction, its rows in the whole model's)
         self._restrict(threshold)
 
     def _restrict(self, threshold: float) -> None:
@@ -176,6 +178,15 @@ class BoundedSearch:
         if result.replicas is None:
             return replace(result, solver_params=params, wall_time_s=wall_time_s)
         index, pairs = self.built.replicas.index, self.built.traffic.index
+        if self._positions is None or self._positions[0] is not self.sub:
+            self._positions = (self.sub, index.get_indexer(self.sub.replicas.index),
+                               pairs.get_indexer(self.sub.traffic.index))
+        _, at_replicas, at_pairs = self._positions
+        # the reindexed Series (0 outside the restriction), without pandas' reindex (7x slower)
+        y = np.zeros(len(index), dtype=np.int64)
+        y[at_replicas] = result.replicas.to_numpy(np.int64)
+        x = np.zeros(len(pairs), dtype=np.int64)
+        x[at_pairs] = result.traffic_units.to_numpy(np.int64)
         return replace(result, solver_params=params, wall_time_s=wall_time_s,
-                       replicas=result.replicas.reindex(index, fill_value=0).astype(np.int64),
-                       traffic_units=result.traffic_units.reindex(pairs, fill_value=0).astype(np.int64))
+                       replicas=pd.Series(y, index=index, name=result.replicas.name),
+                       traffic_units=pd.Series(x, index=pairs, name=result.traffic_units.name))
