@@ -10,7 +10,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance
-from planner.optimize.prune import (candidate_blocks, candidate_pools, candidate_roles, prune_dominated,
+from planner.optimize.prune import (block_codes, candidate_pools, candidate_roles, prune_dominated,
                                     prune_dominated_pools, prune_replica_multiples, role_blocks)
 from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
                                       check_magnitudes, cost_units, limit_cost_units,
@@ -137,8 +137,11 @@ def build_model(instance: PlanningInstance, *, prune: bool = True, emit: bool = 
     workloads = instance.workloads
     cands = instance.candidates.sort_index()
     cap_frame = instance.capacity_per_s.loc[cands.index, list(workloads)].astype(float)
-    pruned = (prune_dominated(cands, role_blocks(candidate_blocks(cands), cap_frame)) if prune
-              else pd.Series(dtype=object, name="dominated_by"))
+    if prune:
+        block, labels = block_codes(cands)
+        pruned = prune_dominated(cands, role_blocks(labels[block], cap_frame), blocks=block)
+    else:
+        pruned = pd.Series(dtype=object, name="dominated_by")
     keep = ~cands.index.isin(pruned.index)
     # then whole prefill/decode pools another pool covers, and prefill/decode candidates that
     # replicas of a smaller one replace (each rule keeps the optimum of what the previous left)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.dimensions import factorize_column
 from planner.optimize.scaling import cost_units, to_fraction
 
 NO_CAPACITY = "<serves no workload>"
@@ -15,6 +16,9 @@ ROLES = ("both", "prefill", "decode")
 #: the KV dtype (the decode replica continues from the KV cache the prefill replica computed,
 #: with the same weights).
 POOL_KEY = ("model", "quantization", "kv_cache_dtype")
+#: Pairs of candidates times workload columns :func:`prune_dominated` compares at once
+#: (memory: a few booleans and integers each).
+PAIRS_COMPARED_AT_ONCE = 1 << 20
 #: Relative band around equality in which :func:`prune_replica_multiples` compares the
 #: capacities as exact rationals; outside it the float comparison decides (a float and the
 #: rational :func:`planner.optimize.scaling.to_fraction` reads from it differ by < 1e-16).
@@ -65,6 +69,45 @@ def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
     pool key (``prefill@<key>``, ``decode@<key>``) for the others. Dominance compares only
     candidates of one block: a prefill or decode replica serves a request only with a
     partner of the other role in its pool."""
+    codes, labels = block_codes(candidates)
+    return labels[codes]
+
+
+def block_codes(candidates: pd.DataFrame, factorized: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)``: the :func:`candidate_blocks` label of each row is
+    ``labels[codes]``; ``labels`` (object array) holds each label present once.
+    ``factorized``: the columns' codes by name (:func:`column_codes`), shared with the caller.
+
+    Speed: the labels are made from one row per distinct combination of ``role`` and the
+    :data:`POOL_KEY` columns (integer codes of the columns), not joined per row; with a
+    missing pool value, row by row as before."""
+    if "role" not in candidates.columns:
+        return np.zeros(len(candidates), dtype=np.int64), np.array(["both"], dtype=object)
+    factorized = {} if factorized is None else factorized
+    columns = [c for c in ("role", *POOL_KEY) if c in candidates.columns]
+    parts = [column_codes(candidates, c, factorized) for c in columns]
+    if any((codes < 0).any() for codes, _ in parts[1:]):
+        codes, labels = pd.factorize(_blocks_of_rows(candidates))
+        return codes, np.asarray(labels, dtype=object)
+    key = np.zeros(len(candidates), dtype=np.int64)
+    for codes, uniques in parts:      # a missing role (code -1) is ``both``: its own code 0
+        key, _ = pd.factorize(key * (len(uniques) + 1) + codes + 1)
+    # each combination's first row (codes are numbered in order of first appearance)
+    first = np.flatnonzero(key > np.maximum.accumulate(np.r_[-1, key[:-1]]))
+    combination_codes, labels = pd.factorize(_blocks_of_rows(candidates[columns].iloc[first]))
+    return combination_codes[key], np.asarray(labels, dtype=object)
+
+
+def column_codes(candidates: pd.DataFrame, column: str, factorized: dict) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`planner.dimensions.factorize_column` of ``candidates[column]``, kept in
+    ``factorized`` (by column name) for the next caller of the same rows."""
+    if column not in factorized:
+        factorized[column] = factorize_column(candidates[column])
+    return factorized[column]
+
+
+def _blocks_of_rows(candidates: pd.DataFrame) -> np.ndarray:
+    """:func:`candidate_blocks` joined row by row."""
     roles = candidate_roles(candidates)
     both = roles == "both"
     if both.all():   # aggregated candidates only: no per-row string concatenation
@@ -72,21 +115,22 @@ def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
     return np.where(both, "both", _joined([roles, candidate_pools(candidates)], "@"))
 
 
-def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
+def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame, present=None) -> pd.DataFrame:
     """The capacities with one block of workload columns per :func:`candidate_blocks` label
     present: a candidate's capacities sit in its own block, zeros elsewhere, so dominance on
     these columns never lets a candidate replace one of another role or pool. Without
-    roles other than ``both``: the capacities themselves."""
+    roles other than ``both``: the capacities themselves. ``present``: the labels to make
+    blocks for (default: those of ``blocks``; given, the columns of some rows of a larger
+    table are that table's)."""
     # the labels compared once, not per row
     codes, labels = pd.factorize(np.asarray(blocks, dtype=object), use_na_sentinel=False)
-    code_of = dict(zip(labels, range(len(labels))))
-    present = sorted(code_of, key=lambda b: (b != "both", b))
+    present = sorted(labels if present is None else set(present), key=lambda b: (b != "both", b))
     if present == ["both"] or not present:
         return capacity_per_s
     cap = capacity_per_s.to_numpy(float)
     width = cap.shape[1]
-    at = np.empty(len(labels), dtype=np.int64)               # a label's block position
-    at[[code_of[b] for b in present]] = np.arange(len(present))
+    position = {b: i for i, b in enumerate(present)}
+    at = np.array([position[b] for b in labels], dtype=np.int64)      # a label's block position
     out = np.zeros((len(cap), len(present) * width))
     # each row's capacities into its block's columns (zeros elsewhere)
     out[np.arange(len(cap))[:, None], at[codes][:, None] * width + np.arange(width)] = cap
@@ -94,7 +138,8 @@ def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFram
     return pd.DataFrame(out, index=capacity_per_s.index, columns=columns)
 
 
-def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, block: int = 256) -> pd.Series:
+def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
+                    block: int = PAIRS_COMPARED_AT_ONCE, blocks: np.ndarray | None = None) -> pd.Series:
     """Find candidates that can be removed without changing the optimum.
 
     Parameters
@@ -104,9 +149,14 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, bloc
         ``usd_per_replica_hour``.
     capacity_per_s : pandas.DataFrame
         Same index and order, one column per workload [1/s].
-    block : int, default 256
-        Candidates compared with their GPU type's others at once (memory: block x group x
-        workloads booleans).
+    block : int, default :data:`PAIRS_COMPARED_AT_ONCE`
+        Pairs of candidates (of one GPU type) times workload columns compared at once
+        (memory: a few booleans and integers each; at least one candidate's pairs).
+    blocks : numpy.ndarray, optional
+        Integer codes of the candidates' :func:`candidate_blocks` labels when
+        ``capacity_per_s`` are their :func:`role_blocks` capacities: then a candidate that
+        serves something is only dominated within its block, and only the pairs of one GPU
+        type and block are compared (speed).
 
     Returns
     -------
@@ -123,28 +173,42 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, bloc
     constraint: loads, N+1 spares (the spare of a merged deployment survives the
     merge), GPUs of that type, budget and the count of distinct configurations do not
     grow, and the cost does not rise. The relation is a strict partial order, so every
-    pruned candidate has a kept dominator.
+    pruned candidate has a kept dominator: of j's dominators the first, by larger
+    capacity sum, fewer GPUs, lower price, then position, that no candidate dominates (a
+    candidate dominating one of j's dominators dominates j too).
     """
     cap = capacity_per_s.to_numpy(float)
-    gpr = candidates["gpus_per_replica"].to_numpy(float)
-    price = candidates["usd_per_replica_hour"].to_numpy(float)
     ids = candidates.index.to_numpy()
-    dominated_by: dict[str, str] = {}
     useless = ~(cap > 0).any(axis=1)
-    for gpu, rows in candidates.groupby("gpu", sort=True).indices.items():
-        rows = np.sort(rows[~useless[rows]])
-        c, g, p = cap[rows], gpr[rows], price[rows]
-        for start in range(0, len(rows), block):   # [pos, i]: row i dominates row pos
-            at = np.arange(start, min(start + block, len(rows)))
-            weak = ((c[None, :, :] >= c[at, None, :]).all(axis=2) & (g[None, :] <= g[at, None])
-                    & (p[None, :] <= p[at, None]))
-            strict = ((c[None, :, :] > c[at, None, :]).any(axis=2) | (g[None, :] < g[at, None])
-                      | (p[None, :] < p[at, None]))
-            earlier = np.arange(len(rows))[None, :] < at[:, None]
-            dominators = weak & (strict | earlier)
-            dominators[np.arange(len(at)), at] = False
-            for pos, mask in zip(at[dominators.any(axis=1)], dominators[dominators.any(axis=1)]):
-                dominated_by[ids[rows[pos]]] = _kept_dominator(rows[mask], c[mask], g[mask], p[mask], ids)
+    gpu = factorize_column(candidates["gpu"])
+    groups = _group_codes([gpu] if blocks is None else [gpu, pd.factorize(blocks)])
+    rows = np.flatnonzero(~useless)
+    rows = rows[np.argsort(groups[rows], kind="stable")]    # by group; a group's rows in position order
+    c = cap[rows]
+    total = c.sum(axis=1)
+    g = candidates["gpus_per_replica"].to_numpy(float)[rows]
+    p = candidates["usd_per_replica_hour"].to_numpy(float)[rows]
+    pairs = _GroupPairs(groups[rows], max(int(block) // max(c.shape[1], 1), 1))
+
+    def dominates(e, k):        # per pair: row k dominates row e
+        weak = (c[k] >= c[e]).all(axis=1) & (g[k] <= g[e]) & (p[k] <= p[e])
+        strict = (c[k] > c[e]).any(axis=1) | (g[k] < g[e]) | (p[k] < p[e]) | (rows[k] < rows[e])
+        return weak & strict & (k != e)
+
+    dominated = np.zeros(len(rows), dtype=bool)
+    for e, k in pairs.of(np.arange(len(rows))):
+        dominated[e[dominates(e, k)]] = True
+    rank = np.empty(len(rows), dtype=np.int64)
+    by_rank = np.lexsort((rows, p, g, -total))
+    rank[by_rank] = np.arange(len(rows))
+    chosen = np.full(len(rows), len(rows))            # of the dominated rows: the least rank of a kept dominator
+    for e, k in pairs.of(np.flatnonzero(dominated)):
+        kept = dominates(e, k) & ~dominated[k]
+        np.minimum.at(chosen, e[kept], rank[k[kept]])
+    at = np.flatnonzero(dominated)
+    if (chosen[at] == len(rows)).any():
+        raise AssertionError("a dominated row without a kept dominator")   # a strict partial order
+    dominated_by = dict(zip(ids[rows[at]].tolist(), map(str, ids[rows[by_rank[chosen[at]]]])))
     for j in np.flatnonzero(useless):
         dominated_by[ids[j]] = NO_CAPACITY
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
@@ -152,25 +216,38 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, bloc
     return pruned.sort_index()
 
 
-def _kept_dominator(rows, cap, gpr, price, ids) -> str:
-    """The maximal element among the dominators (none of them dominates it)."""
-    order = np.lexsort((rows, price, gpr, -cap.sum(axis=1)))
-    for pos in order:
-        beaten = ((cap >= cap[pos]).all(axis=1) & (gpr <= gpr[pos]) & (price <= price[pos])
-                  & ((cap > cap[pos]).any(axis=1) | (gpr < gpr[pos]) | (price < price[pos])
-                     | (rows < rows[pos])))
-        beaten[pos] = False
-        if not beaten.any():
-            return str(ids[rows[pos]])
-    return str(ids[rows[order[0]]])  # unreachable for a strict partial order
+class _GroupPairs:
+    """The pairs (e, k) of rows of one group, from rows numbered by group (``groups``
+    sorted), in batches of about ``per_batch`` pairs (at least one row's)."""
+
+    def __init__(self, groups: np.ndarray, per_batch: int):
+        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if len(groups) else np.zeros(0, np.int64)
+        sizes = np.diff(np.r_[starts, len(groups)])
+        self.first = np.repeat(starts, sizes)         # per row: its group's first row and size
+        self.size = np.repeat(sizes, sizes)
+        self.per_batch = per_batch
+
+    def of(self, e_rows: np.ndarray):
+        """Batches ``(e, k)``: every row k of the group of each row of ``e_rows``."""
+        counts = self.size[e_rows]
+        ends = np.cumsum(counts)
+        start = 0
+        while start < len(e_rows):
+            stop = max(start + 1, int(np.searchsorted(ends, ends[start] - counts[start] + self.per_batch,
+                                                      side="right")))
+            rows, n = e_rows[start:stop], counts[start:stop]
+            offset = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            yield np.repeat(rows, n), np.repeat(self.first[rows], n) + offset
+            start = stop
 
 
 def _kept_dominators(dominates: np.ndarray, rows: np.ndarray, gpu, cap, gpr, price) -> np.ndarray:
-    """:func:`_kept_dominator` of each row i of ``dominates`` ([i, j]: ``rows[j]`` weakly
+    """The kept dominator of each row i of ``dominates`` ([i, j]: ``rows[j]`` weakly
     dominates i, same GPU type; every i has one) at once: the first of i's dominators, in
-    its order, that no other row of ``rows`` beats. A row beating a dominator of i dominates
-    i too (weak dominance on one GPU type is transitive), so that is the first of i's
-    dominators beaten by none of them, as :func:`_kept_dominator` picks."""
+    the order of :func:`prune_dominated` (larger capacity sum, fewer GPUs, lower price,
+    position), that no other row of ``rows`` beats. A row beating a dominator of i
+    dominates i too (weak dominance on one GPU type is transitive), so that is the first
+    of i's dominators beaten by none of them."""
     c, g, p, t = cap[rows], gpr[rows], price[rows], gpu[rows]
     weak = ((c[:, None, :] >= c[None, :, :]).all(axis=2) & (g[:, None] <= g[None, :])
             & (p[:, None] <= p[None, :]) & (t[:, None] == t[None, :]))   # [k, e]: k weakly dominates e
@@ -352,7 +429,7 @@ def _pools_covered(pools: list[np.ndarray], weak, block: int = 256) -> np.ndarra
 
 
 def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
-                        limited_gpus=frozenset(), blocks: np.ndarray | None = None) -> np.ndarray:
+                        limited_gpus=frozenset()) -> np.ndarray:
     """Positions of the candidates worth giving to the model (fast, vectorized, exact).
 
     Two passes over possibly hundreds of thousands of candidates, before the quadratic
@@ -360,43 +437,59 @@ def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
     GPUs per replica, price (and model, when given; and :func:`candidate_blocks` label, when
     there are prefill/decode candidates), keep the capacity maxima; (2) across
     GPU types without an inventory limit, drop a candidate another one beats on price and
-    on every workload's capacity. Neither removes a candidate some optimal plan needs.
+    on every workload's capacity (on the :func:`role_blocks` capacities: only within a
+    block). Neither removes a candidate some optimal plan needs.
 
     Parameters
     ----------
     candidates : pandas.DataFrame
         Columns ``gpu``, ``gpus`` (or ``gpus_per_replica``), ``usd_per_replica_hour`` and
-        optionally ``model``.
+        optionally ``model``, ``role`` and the :data:`POOL_KEY` columns.
     capacity_per_s : pandas.DataFrame
-        Same rows, one column per workload [1/s].
+        Same rows, one column per workload [1/s] (not :func:`role_blocks`: a group of
+        pass (1) holds one block, whose rows' role-block capacities are these, moved to the
+        block's columns; speed: pass (2) alone, on the few maxima, makes the role blocks).
     limited_gpus : set of str
         GPU types with an inventory limit (excluded from the cross-type pass).
-    blocks : numpy.ndarray, optional
-        :func:`candidate_blocks` of ``candidates``, when the caller has it.
     """
     gpus = "gpus" if "gpus" in candidates.columns else "gpus_per_replica"
-    group_cols = [c for c in ("gpu", gpus, "usd_per_replica_hour", "model") if c in candidates.columns]
-    groups = candidates[group_cols]
-    blocks = candidate_blocks(candidates) if blocks is None else blocks
-    if (blocks != "both").any():
-        # role_blocks capacities: a row with capacity is only dominated within its own block;
-        # a group per block keeps the pairwise pass to the block's own columns
-        groups = groups.assign(block=blocks)
-    first = _capacity_maxima(groups, capacity_per_s)
-    second = ~_cheaper_elsewhere(candidates.iloc[first], capacity_per_s.iloc[first], set(limited_gpus))
+    factorized: dict = {}
+    columns = [column_codes(candidates, c, factorized)
+               for c in ("gpu", gpus, "usd_per_replica_hour", "model") if c in candidates.columns]
+    block, labels = block_codes(candidates, factorized)
+    if len(labels) > 1 or (len(labels) and labels[0] != "both"):
+        # a row with capacity is only dominated within its own block: a group per block
+        columns.append((block, labels))
+    first = _capacity_maxima(_group_codes(columns), capacity_per_s)
+    blocked = role_blocks(labels[block[first]], capacity_per_s.iloc[first], present=labels)
+    second = ~_cheaper_elsewhere(candidates.iloc[first], blocked, set(limited_gpus))
     return first[second]
 
 
-def _capacity_maxima(groups: pd.DataFrame, capacity: pd.DataFrame, block: int = 512) -> np.ndarray:
+def _group_codes(columns: list) -> np.ndarray:
+    """One integer per row, equal for the rows equal in every one of ``columns`` (each as
+    its ``(codes, uniques)``, :func:`planner.dimensions.factorize_column`): the groups of
+    ``groupby(columns).ngroup()``, except that a row with a missing value (code -1) is a
+    group of its own (groupby gives it none). Speed: mixed-radix codes of the columns'
+    codes, not a groupby."""
+    key = np.zeros(len(columns[0][0]) if columns else 0, dtype=np.int64)
+    missing = np.zeros(len(key), dtype=bool)
+    for codes, uniques in columns:
+        missing |= codes < 0
+        key, _ = pd.factorize(key * len(uniques) + codes)   # (a missing row's key is replaced below)
+    key[missing] = key.max(initial=-1) + 1 + np.arange(np.count_nonzero(missing))
+    return key
+
+
+def _capacity_maxima(codes: np.ndarray, capacity: pd.DataFrame, block: int = 512) -> np.ndarray:
     """Positions of the rows not weakly dominated in capacity within their group.
 
-    Rows of one group (same GPU type, GPUs per replica and price) whose capacity vector
-    another row of the group matches or beats on every workload can never be needed by a
-    minimum-cost plan (of exact duplicates the first row stays). This vectorized
+    Rows of one group (``codes``: same GPU type, GPUs per replica and price) whose capacity
+    vector another row of the group matches or beats on every workload can never be needed
+    by a minimum-cost plan (of exact duplicates the first row stays). This vectorized
     pre-filter leaves the optimizer's own pruning only the few maxima.
     """
     cap = capacity.to_numpy(float)
-    codes = groups.groupby(list(groups.columns), sort=False).ngroup().to_numpy()
     keep = np.zeros(len(cap), dtype=bool)
     # the groups' rows by one stable sort (each group's rows in position order, as
     # np.flatnonzero(codes == code) gives them, without a pass over all rows per group)
@@ -446,11 +539,12 @@ def _keep_group_maxima(cap: np.ndarray, by_code: np.ndarray, starts: np.ndarray,
     finite = np.logical_and.reduceat(np.isfinite(sorted_cap).all(axis=1), starts)
     simple = (served <= 1) & finite
     group = np.repeat(np.arange(len(starts)), sizes)
-    at = np.flatnonzero(simple[group])
-    # the one served column's value is the row's sum (the other columns are zeros)
-    order = at[np.lexsort((by_code[at], -sorted_cap[at].sum(axis=1), group[at]))]
-    first = np.r_[True, group[order][1:] != group[order][:-1]] if len(order) else np.zeros(0, dtype=bool)
-    keep[by_code[order[first]]] = True
+    # the one served column's value is the row's sum (the other columns are zeros); a group's
+    # rows are in position order, so the first at its group's maximum is the one to keep
+    # (speed: no sort by value)
+    total = sorted_cap.sum(axis=1)
+    top = np.flatnonzero(simple[group] & (total == np.maximum.reduceat(total, starts)[group]))
+    keep[by_code[top[np.r_[True, group[top][1:] != group[top][:-1]]] if len(top) else top]] = True
     return simple
 
 

@@ -174,7 +174,7 @@ def _maxima_by_hand(codes, cap):
 
 @pytest.mark.parametrize("workloads,blocks", [(1, False), (2, False), (3, False), (3, True), (4, True)])
 def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
-    from planner.optimize.prune import _capacity_maxima
+    from planner.optimize.prune import _capacity_maxima, _group_codes
 
     rng = np.random.default_rng(workloads)
     n = 300
@@ -183,7 +183,7 @@ def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
     if blocks:   # role_blocks-like: most groups serve one column (or none), a few several
         cap *= (np.arange(workloads)[None, :] == (codes % workloads)[:, None]) | (codes[:, None] % 7 == 0)
     groups = pd.DataFrame({"gpu": [f"g{c % 7}" for c in codes], "price": codes // 7})
-    got = _capacity_maxima(groups, pd.DataFrame(cap), block=16)
+    got = _capacity_maxima(_group_codes([pd.factorize(groups[c]) for c in groups]), pd.DataFrame(cap), block=16)
     assert got.tolist() == _maxima_by_hand(codes, cap)
     assert 0 < len(got) < n
 
