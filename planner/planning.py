@@ -22,7 +22,8 @@ from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
                                            plan_alternatives)
 from planner.optimize.model import build_model
-from planner.optimize.prune import candidate_pools, candidate_roles, prefilter_dominated
+from planner.optimize.prefilter import prefilter_dominated
+from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.solve import group_sums
 from planner.parameters import ProblemParams
 from planner.problem import Problem

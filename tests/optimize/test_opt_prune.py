@@ -163,7 +163,7 @@ def test_random_sized_cases_actually_prune_multiples():
 
 def _maxima_by_hand(codes, cap):
     """Rows no other row of their group matches or beats on every workload (of equal rows
-    the first): the pairwise definition of :func:`planner.optimize.prune._capacity_maxima`."""
+    the first): the pairwise definition of :func:`planner.optimize.prefilter._capacity_maxima`."""
     keep = []
     for j in range(len(cap)):
         same = [i for i in range(len(cap)) if codes[i] == codes[j] and i != j]
@@ -174,7 +174,8 @@ def _maxima_by_hand(codes, cap):
 
 @pytest.mark.parametrize("workloads,blocks", [(1, False), (2, False), (3, False), (3, True), (4, True)])
 def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
-    from planner.optimize.prune import _capacity_maxima, _group_codes
+    from planner.optimize.prefilter import _capacity_maxima
+    from planner.optimize.prune import group_codes
 
     rng = np.random.default_rng(workloads)
     n = 300
@@ -183,7 +184,7 @@ def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
     if blocks:   # role_blocks-like: most groups serve one column (or none), a few several
         cap *= (np.arange(workloads)[None, :] == (codes % workloads)[:, None]) | (codes[:, None] % 7 == 0)
     groups = pd.DataFrame({"gpu": [f"g{c % 7}" for c in codes], "price": codes // 7})
-    got = _capacity_maxima(_group_codes([pd.factorize(groups[c]) for c in groups]), pd.DataFrame(cap), block=16)
+    got = _capacity_maxima(group_codes([pd.factorize(groups[c]) for c in groups]), pd.DataFrame(cap), block=16)
     assert got.tolist() == _maxima_by_hand(codes, cap)
     assert 0 < len(got) < n
 
