@@ -392,9 +392,15 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
                 & (price[rows_b][None, :] <= price[rows_a][:, None])
                 & (cap[rows_b][None, :, :] >= cap[rows_a][:, None, :]).all(axis=2))
 
+    def weak_pairs(rows_b, rows_a) -> np.ndarray:
+        """Per pair: candidate rows_b[i] weakly dominates rows_a[i] (of one GPU type)."""
+        return ((gpr[rows_b] <= gpr[rows_a]) & (price[rows_b] <= price[rows_a])
+                & (cap[rows_b] >= cap[rows_a]).all(axis=1))
+
     covered = np.ones((len(live), len(live)), dtype=bool)   # [a, b]: pool b covers pool a
     for role in ("prefill", "decode"):
-        covered &= _pools_covered([members[key, role] for key in live], weak)
+        covered &= _pools_covered([members[key, role] for key in live], weak_pairs, gpu,
+                                  max(PAIRS_COMPARED_AT_ONCE // max(cap.shape[1], 1), 1))
     covered[np.diag_indices(len(live))] = False
     # live is sorted: b < a as strings is position b < position a
     earlier = np.arange(len(live))[None, :] < np.arange(len(live))[:, None]
@@ -412,20 +418,24 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
     return pruned.sort_index()
 
 
-def _pools_covered(pools: list[np.ndarray], weak, block: int = 256) -> np.ndarray:
+def _pools_covered(pools: list[np.ndarray], weak_pairs, gpu: np.ndarray, per_batch: int) -> np.ndarray:
     """Of :func:`prune_dominated_pools`, for one role: [a, b] true when every candidate of
     ``pools[a]`` (rows, each pool non-empty) has a weak dominator in ``pools[b]``. One pass
-    over the role's rows in blocks (``weak(columns, rows)`` per block of rows), instead of
-    one per pair of pools."""
+    over the pairs of the role's rows of one GPU type (``gpu``: integer codes per row;
+    ``weak_pairs(dominators, rows)`` per pair), in batches of about ``per_batch`` pairs,
+    instead of one per pair of pools."""
     if not pools:
         return np.zeros((0, 0), dtype=bool)
     rows = np.concatenate(pools)
-    starts = np.cumsum([0] + [len(p) for p in pools[:-1]])
-    has = np.empty((len(rows), len(pools)), dtype=bool)      # [i, b]: some row of pool b dominates i
-    for start in range(0, len(rows), block):
-        some = weak(rows, rows[start:start + block])
-        has[start:start + block] = np.logical_or.reduceat(some, starts, axis=1)
-    return np.logical_and.reduceat(has, starts, axis=0)
+    sizes = [len(p) for p in pools]
+    pool = np.repeat(np.arange(len(pools)), sizes)
+    order = np.argsort(gpu[rows], kind="stable")          # by GPU type: only those pairs compare
+    has = np.zeros((len(rows), len(pools)), dtype=bool)    # [i, b]: some row of pool b dominates i
+    for e, k in _GroupPairs(gpu[rows][order], per_batch).of(np.arange(len(rows))):
+        i, j = order[e], order[k]
+        ok = weak_pairs(rows[j], rows[i])
+        has[i[ok], pool[j[ok]]] = True
+    return np.logical_and.reduceat(has, np.cumsum([0] + sizes[:-1]), axis=0)
 
 
 def group_codes(columns: list) -> np.ndarray:
