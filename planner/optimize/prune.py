@@ -310,23 +310,24 @@ def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFra
         return fractions[row]
 
     rows = np.flatnonzero(roles != "both")
-    for _, group in pd.Series(rows).groupby([blocks[rows], gpu[rows]], sort=True):
-        g = group.to_numpy()
-        # [j, i]: m of i replacing j (0 unless G_i < G_j), then the float screen of the
-        # capacities; the exact check only on the pairs that pass it
-        smaller = gpr[g][None, :] < gpr[g][:, None]
-        m = np.minimum(gpr[g][:, None] // np.maximum(gpr[g][None, :], 1),
-                       price[g][:, None] // np.maximum(price[g][None, :], 1))
-        m = np.where(smaller & (price[g][None, :] > 0), m, 0)     # (a free i: m undefined, 0 as before)
-        scaled = m[:, :, None] * cap[g][None, :, :]
-        screen = (m >= 2) & (scaled >= cap[g][:, None, :] * (1 - _FLOAT_SCREEN)).all(axis=2)
+    groups = group_codes([pd.factorize(blocks[rows]), pd.factorize(gpu[rows])])   # block and GPU type
+    rows = rows[np.argsort(groups, kind="stable")]
+    normal = (cap == 0) | (cap >= np.finfo(float).tiny)      # relative rounding bounds hold
+    per_batch = max(PAIRS_COMPARED_AT_ONCE // max(cap.shape[1], 1), 1)
+    for a, b in _GroupPairs(np.sort(groups), per_batch).of(np.arange(len(rows))):
+        # per pair (j, i): m of i replacing j (0 unless G_i < G_j), then the float screen of
+        # the capacities; the exact check only on the pairs that pass it
+        j, i = rows[a], rows[b]
+        m = np.minimum(gpr[j] // np.maximum(gpr[i], 1), price[j] // np.maximum(price[i], 1))
+        m = np.where((gpr[i] < gpr[j]) & (price[i] > 0), m, 0)     # (a free i: m undefined, 0 as before)
+        scaled = m[:, None] * cap[i]
+        screen = (m >= 2) & (scaled >= cap[j] * (1 - _FLOAT_SCREEN)).all(axis=1)
         # clear of the screen's band the floats decide (the rationals are within 1e-16 of them)
-        normal = (cap[g] == 0) | (cap[g] >= np.finfo(float).tiny)      # relative rounding bounds hold
-        sure = ((scaled >= cap[g][:, None, :] * (1 + _FLOAT_SCREEN)) & normal[:, None, :]).all(axis=2)
-        for a, b in zip(*np.nonzero(screen)):
-            j, i, mult = int(g[a]), int(g[b]), int(m[a, b])
-            if sure[a, b] or all(mult * x >= y for x, y in zip(exact(i), exact(j))):
-                by.setdefault(j, []).append(i)
+        sure = ((scaled >= cap[j] * (1 + _FLOAT_SCREEN)) & normal[j]).all(axis=1)
+        for at in np.flatnonzero(screen):
+            jj, ii, mult = int(j[at]), int(i[at]), int(m[at])
+            if sure[at] or all(mult * x >= y for x, y in zip(exact(ii), exact(jj))):
+                by.setdefault(jj, []).append(ii)
     pruned = pd.Series({str(ids[j]): str(ids[min(i for i in dominators if i not in by)])
                         for j, dominators in by.items()}, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
