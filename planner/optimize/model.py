@@ -225,11 +225,16 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
 
     model = PlanModel()
     model.name = "llm_deployment_plan"
-    replicas = model.new_int_var_series("replicas", ids, 0, upper)
-    use = model.new_bool_var_series("use", ids)
-    spare = model.new_bool_var_series("spare", ids[can_spare])
+    # the variables of new_int_var_series / new_bool_var_series, in their order (speed: no
+    # lookup of each bound by label)
+    id_list = ids.tolist()          # (speed: the ids as str once, not looked up in the index each time)
+    replicas = pd.Series([model.new_int_var(0, int(u), f"replicas[{cid}]") for cid, u in zip(id_list, upper_arr)],
+                         index=ids, dtype=object)
+    use = pd.Series([model.new_bool_var(f"use[{cid}]") for cid in id_list], index=ids, dtype=object)
+    spare_index = ids[can_spare]
+    spare = pd.Series([model.new_bool_var(f"spare[{cid}]") for cid in spare_index], index=spare_index, dtype=object)
     tvars = [model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
-                               f"traffic_units[{ids[j]},{w}]")
+                               f"traffic_units[{id_list[j]},{w}]")
              for j, w, c in zip(rows, pair_wl, coef_arr)]
     traffic = pd.Series(tvars, index=pairs, dtype=object)
     ys, uses = list(replicas), list(use)
@@ -255,7 +260,7 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
             suffix = "" if len(pools) == 1 else f",{pool}"
             model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
                 f"pd_balance[{name}{suffix}]")
-    for j, cid in enumerate(ids):
+    for j, cid in enumerate(id_list):
         mine = by_candidate[j]
         mine_vars = [tvars[i] for i in mine]
         load = cp_model.LinearExpr.weighted_sum(mine_vars, [coefs[i] for i in mine])
@@ -274,8 +279,9 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
         # A deployed candidate carries traffic: no idle deployments (never optimal; this
         # keeps the k-best alternatives meaningful).
         model.add(cp_model.LinearExpr.sum(mine_vars) >= used).with_name(f"use_serves[{cid}]")
+    gpus = cands["gpu"].to_numpy(object)
     for gpu, count in sorted(instance.inventory_gpus.items()):
-        mask = (cands["gpu"] == gpu).to_numpy()
+        mask = gpus == gpu
         if mask.any():
             model.add(cp_model.LinearExpr.weighted_sum([ys[j] for j in np.flatnonzero(mask)],
                                                        [int(g) for g in gpr[mask]])
