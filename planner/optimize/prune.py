@@ -35,6 +35,10 @@ def candidate_roles(candidates: pd.DataFrame) -> np.ndarray:
 def candidate_pools(candidates: pd.DataFrame) -> np.ndarray:
     """The pool key (``POOL_KEY`` values joined by ``|``) of each prefill/decode candidate,
     ``""`` for aggregated ones: only replicas with the same key can hand a request over."""
+    combinations = _combinations(candidates)
+    if combinations is not None:
+        key, roles, values = combinations
+        return np.array(["" if r == "both" else "|".join(v) for r, v in zip(roles, values)], dtype=object)[key]
     roles = candidate_roles(candidates)
     cols = [c for c in POOL_KEY if c in candidates.columns]
     if not cols or (roles == "both").all():
@@ -78,24 +82,43 @@ def block_codes(candidates: pd.DataFrame, factorized: dict | None = None) -> tup
     ``labels[codes]``; ``labels`` (object array) holds each label present once.
     ``factorized``: the columns' codes by name (:func:`column_codes`), shared with the caller.
 
-    Speed: the labels are made from one row per distinct combination of ``role`` and the
-    :data:`POOL_KEY` columns (integer codes of the columns), not joined per row; with a
-    missing pool value, row by row as before."""
+    Speed: the labels are made once per distinct combination of ``role`` and the
+    :data:`POOL_KEY` columns (:func:`_combinations`), not joined per row."""
     if "role" not in candidates.columns:
         return np.zeros(len(candidates), dtype=np.int64), np.array(["both"], dtype=object)
-    factorized = {} if factorized is None else factorized
-    columns = [c for c in ("role", *POOL_KEY) if c in candidates.columns]
-    parts = [column_codes(candidates, c, factorized) for c in columns]
-    if any((codes < 0).any() for codes, _ in parts[1:]):
+    combinations = _combinations(candidates, factorized)
+    if combinations is None:
         codes, labels = pd.factorize(_blocks_of_rows(candidates))
         return codes, np.asarray(labels, dtype=object)
+    key, roles, values = combinations
+    codes, labels = pd.factorize(np.array(["both" if r == "both" else f"{r}@{'|'.join(v)}"
+                                           for r, v in zip(roles, values)], dtype=object))
+    return codes[key], np.asarray(labels, dtype=object)
+
+
+def _combinations(candidates: pd.DataFrame, factorized: dict | None = None) -> tuple | None:
+    """``(codes, roles, values)``: per row the code of its combination of ``role`` and the
+    :data:`POOL_KEY` columns present, and per combination its role (a missing one is
+    ``both``) and its pool values, for the labels of :func:`candidate_pools` and
+    :func:`candidate_blocks` made once per combination. None (then they are joined row by
+    row) without a role column, with a role or pool column not of a string dtype, or with
+    a missing pool value."""
+    columns = [c for c in ("role", *POOL_KEY) if c in candidates.columns]
+    if "role" not in columns or not all(isinstance(candidates[c].dtype, pd.StringDtype) for c in columns):
+        return None
+    factorized = {} if factorized is None else factorized
+    parts = [column_codes(candidates, c, factorized) for c in columns]
+    if any((codes < 0).any() for codes, _ in parts[1:]):
+        return None
     key = np.zeros(len(candidates), dtype=np.int64)
     for codes, uniques in parts:      # a missing role (code -1) is ``both``: its own code 0
         key, _ = pd.factorize(key * (len(uniques) + 1) + codes + 1)
     # each combination's first row (codes are numbered in order of first appearance)
     first = np.flatnonzero(key > np.maximum.accumulate(np.r_[-1, key[:-1]]))
-    combination_codes, labels = pd.factorize(_blocks_of_rows(candidates[columns].iloc[first]))
-    return combination_codes[key], np.asarray(labels, dtype=object)
+    (role_codes, role_values), pool_parts = parts[0], parts[1:]
+    roles = ["both" if role_codes[f] < 0 else role_values[role_codes[f]] for f in first]
+    values = [[uniques[codes[f]] for codes, uniques in pool_parts] for f in first]
+    return key, roles, values
 
 
 def column_codes(candidates: pd.DataFrame, column: str, factorized: dict) -> tuple[np.ndarray, np.ndarray]:

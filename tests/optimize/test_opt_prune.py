@@ -189,16 +189,20 @@ def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
     assert 0 < len(got) < n
 
 
-def test_blocks_and_pools_are_the_rows_joined():
+@pytest.mark.parametrize("dtype", ["str", object])   # labels per combination, or joined row by row
+def test_blocks_and_pools_are_the_rows_joined(dtype):
     rng = np.random.default_rng(7)
     n = 500
     cands = pd.DataFrame({"gpu": rng.choice(["g", "h"], n), "role": rng.choice(["both", "prefill", "decode"], n),
                           "model": rng.choice(["m1", "m2"], n), "quantization": rng.choice(["bf16", "fp8"], n),
-                          "kv_cache_dtype": rng.choice(["fp8", "bf16"], n)})
+                          "kv_cache_dtype": rng.choice(["fp8", "bf16"], n)}).astype(dtype)
+    cands.loc[cands.index[::7], "role"] = None          # a missing role is ``both``
     pools = candidate_pools(cands)
     blocks = candidate_blocks(cands)
     for i, row in enumerate(cands.itertuples()):
-        pool = "" if row.role == "both" else f"{row.model}|{row.quantization}|{row.kv_cache_dtype}"
+        both = not isinstance(row.role, str) or row.role == "both"
+        pool = "" if both else f"{row.model}|{row.quantization}|{row.kv_cache_dtype}"
         assert pools[i] == pool
-        assert blocks[i] == ("both" if row.role == "both" else f"{row.role}@{pool}")
+        assert blocks[i] == ("both" if both else f"{row.role}@{pool}")
     assert candidate_blocks(cands.assign(role="both")).tolist() == ["both"] * n
+    assert candidate_pools(cands.iloc[:0]).tolist() == candidate_blocks(cands.iloc[:0]).tolist() == []
