@@ -264,13 +264,14 @@ class _GroupPairs:
             start = stop
 
 
-def _kept_dominators(dominates: np.ndarray, rows: np.ndarray, gpu, cap, gpr, price) -> np.ndarray:
-    """The kept dominator of each row i of ``dominates`` ([i, j]: ``rows[j]`` weakly
-    dominates i, same GPU type; every i has one) at once: the first of i's dominators, in
+def _unbeaten_ranks(rows: np.ndarray, gpu, cap, gpr, price) -> np.ndarray:
+    """Of the kept dominator among ``rows`` (one pool's rows of one role): each row's rank in
     the order of :func:`prune_dominated` (larger capacity sum, fewer GPUs, lower price,
-    position), that no other row of ``rows`` beats. A row beating a dominator of i
-    dominates i too (weak dominance on one GPU type is transitive), so that is the first
-    of i's dominators beaten by none of them."""
+    position), ``len(rows)`` for a row that another row of ``rows`` beats. The kept
+    dominator of a row i is the first of its dominators in ``rows`` that no row beats (a
+    row beating a dominator of i dominates i too: weak dominance on one GPU type is
+    transitive), so the first of i's dominators beaten by none of them: the least of their
+    ranks here."""
     c, g, p, t = cap[rows], gpr[rows], price[rows], gpu[rows]
     weak = ((c[:, None, :] >= c[None, :, :]).all(axis=2) & (g[:, None] <= g[None, :])
             & (p[:, None] <= p[None, :]) & (t[:, None] == t[None, :]))   # [k, e]: k weakly dominates e
@@ -280,10 +281,7 @@ def _kept_dominators(dominates: np.ndarray, rows: np.ndarray, gpu, cap, gpr, pri
     beats[np.diag_indices(len(rows))] = False
     rank = np.empty(len(rows), dtype=np.int64)
     rank[np.lexsort((rows, p, g, -c.sum(axis=1)))] = np.arange(len(rows))
-    candidates = dominates & ~beats.any(axis=0)[None, :]
-    if not candidates.any(axis=1).all():
-        raise AssertionError("a covered row without a kept dominator")   # strict partial order
-    return rows[np.where(candidates, rank[None, :], len(rows)).argmin(axis=1)]
+    return np.where(beats.any(axis=0), len(rows), rank)
 
 
 def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:
@@ -394,8 +392,7 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
     roles, pools = candidate_roles(candidates), candidate_pools(candidates)
     ids = candidates.index.to_numpy()
     keys = sorted(set(pools[roles != "both"]))
-    members = {(key, role): np.flatnonzero((pools == key) & (roles == role))
-               for key in keys for role in ("prefill", "decode")}
+    members = _members(pools, roles, keys)
     dominated_by: dict[str, str] = {}
     live = []
     for key in keys:
@@ -431,15 +428,35 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
     beats = covered & (~covered.T | earlier)                 # [a, b]: pool b beats pool a
     beats = {(live[b], live[a]) for a, b in zip(*np.nonzero(beats))}
     dropped = {a for b, a in beats}
+    ranks: dict = {}         # (kept pool, role): _unbeaten_ranks of its rows, once
     for a in sorted(dropped):
         b = next(b for b in live if b not in dropped and (b, a) in beats)
         for role in ("prefill", "decode"):
             rows_a, rows_b = members[a, role], members[b, role]
-            for i, k in zip(rows_a, _kept_dominators(weak(rows_b, rows_a), rows_b, gpu, cap, gpr, price)):
-                dominated_by[str(ids[i])] = str(ids[k])
+            if (b, role) not in ranks:
+                ranks[b, role] = _unbeaten_ranks(rows_b, gpu, cap, gpr, price)
+            chosen = np.where(weak(rows_b, rows_a), ranks[b, role][None, :], len(rows_b))
+            if (chosen.min(axis=1, initial=len(rows_b)) == len(rows_b)).any():
+                raise AssertionError("a covered row without a kept dominator")   # strict partial order
+            dominated_by.update(zip(map(str, ids[rows_a]), map(str, ids[rows_b[chosen.argmin(axis=1)]])))
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
     return pruned.sort_index()
+
+
+def _members(pools: np.ndarray, roles: np.ndarray, keys: list) -> dict:
+    """Of :func:`prune_dominated_pools`: ``{(key, role): positions}`` of the prefill and decode
+    rows of each pool key of ``keys``, in position order (one stable sort, not a comparison
+    of every row per pool and role)."""
+    codes, uniques = pd.factorize(pools)
+    at_key = {k: i for i, k in enumerate(keys)}
+    key_of = np.array([at_key.get(u, -1) for u in uniques], dtype=np.int64)[codes] if len(codes) else codes
+    side = np.where(roles == "prefill", 0, np.where(roles == "decode", 1, -1))
+    slot = np.where((key_of >= 0) & (side >= 0), 2 * key_of + side, -1)
+    order = np.argsort(slot, kind="stable")
+    order = order[slot[order] >= 0]
+    parts = np.split(order, np.cumsum(np.bincount(slot[order], minlength=2 * len(keys)))[:-1])
+    return {(key, role): parts[2 * i + s] for i, key in enumerate(keys) for s, role in enumerate(("prefill", "decode"))}
 
 
 def _pools_covered(pools: list[np.ndarray], weak_pairs, gpu: np.ndarray, per_batch: int) -> np.ndarray:
