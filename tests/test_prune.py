@@ -98,11 +98,12 @@ def test_prune_dominated_keeps_the_per_row_kept_dominator():
         pruned = prune_dominated(frame, cap, block=5)
         if roles:
             assert prune_dominated(frame, cap, blocks=block).equals(pruned)
-        pos = {cid: k for k, cid in enumerate(frame.index)}
-        for j, i in pruned[pruned != NO_CAPACITY].items():
-            dom = np.array([pos[k] for k in frame.index if k != j and _weak(frame, cap, j, k)
-                            and _strict(frame, cap, j, k)])
-            assert _kept_dominator(dom, c[dom], gpr[dom], price[dom], ids) == i, (j, i)
+        gpu = frame["gpu"].to_numpy()
+        for j in map(frame.index.get_loc, pruned.index[pruned != NO_CAPACITY]):
+            dom = np.array([k for k in range(len(frame)) if k != j and gpu[k] == gpu[j] and gpr[k] <= gpr[j]
+                            and price[k] <= price[j] and (c[k] >= c[j]).all()
+                            and ((c[k] > c[j]).any() or gpr[k] < gpr[j] or price[k] < price[j] or k < j)])
+            assert _kept_dominator(dom, c[dom], gpr[dom], price[dom], ids) == pruned[ids[j]], ids[j]
             checked += 1
     assert checked >= 30
 
