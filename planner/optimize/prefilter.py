@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planner.optimize.prune import block_codes, column_codes, group_codes, role_blocks
+from planner.optimize.prune import block_codes, column_codes, group_codes, role_blocks, stable_order
 
 
 def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
@@ -64,7 +64,7 @@ def _capacity_maxima(codes: np.ndarray, capacity: pd.DataFrame, block: int = 512
     keep = np.zeros(len(cap), dtype=bool)
     # the groups' rows by one stable sort (each group's rows in position order, as
     # np.flatnonzero(codes == code) gives them, without a pass over all rows per group)
-    by_code = np.argsort(codes, kind="stable")
+    by_code = stable_order(codes)
     starts = np.flatnonzero(np.r_[True, codes[by_code][1:] != codes[by_code][:-1]])
     sizes = np.diff(np.r_[starts, len(codes)])
     simple = _keep_group_maxima(cap, by_code, starts, sizes, keep)

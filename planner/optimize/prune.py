@@ -206,7 +206,7 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
     gpu = factorize_column(candidates["gpu"])
     groups = group_codes([gpu] if blocks is None else [gpu, pd.factorize(blocks)])
     rows = np.flatnonzero(~useless)
-    rows = rows[np.argsort(groups[rows], kind="stable")]    # by group; a group's rows in position order
+    rows = rows[stable_order(groups[rows])]    # by group; a group's rows in position order
     c = cap[rows]
     total = c.sum(axis=1)
     g = candidates["gpus_per_replica"].to_numpy(float)[rows]
@@ -332,7 +332,7 @@ def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFra
 
     rows = np.flatnonzero(roles != "both")
     groups = group_codes([pd.factorize(blocks[rows]), pd.factorize(gpu[rows])])   # block and GPU type
-    rows = rows[np.argsort(groups, kind="stable")]
+    rows = rows[stable_order(groups)]
     normal = (cap == 0) | (cap >= np.finfo(float).tiny)      # relative rounding bounds hold
     per_batch = max(PAIRS_COMPARED_AT_ONCE // max(cap.shape[1], 1), 1)
     for a, b in _GroupPairs(np.sort(groups), per_batch).of(np.arange(len(rows))):
@@ -477,6 +477,14 @@ def _pools_covered(pools: list[np.ndarray], weak_pairs, gpu: np.ndarray, per_bat
         ok = weak_pairs(rows[j], rows[i])
         has[i[ok], pool[j[ok]]] = True
     return np.logical_and.reduceat(has, np.cumsum([0] + sizes[:-1]), axis=0)
+
+
+def stable_order(codes: np.ndarray) -> np.ndarray:
+    """``np.argsort(codes, kind="stable")`` (the same permutation) of non-negative integer
+    codes; below 2**16 sorted as ``uint16``, which numpy radix-sorts (speed: a tenth of the
+    time of the 64-bit sort on the prefilter's 33k rows)."""
+    small = len(codes) and 0 <= codes.min() and codes.max() < 2 ** 16
+    return np.argsort(codes.astype(np.uint16) if small else codes, kind="stable")
 
 
 def group_codes(columns: list) -> np.ndarray:
