@@ -225,14 +225,15 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
 
     model = PlanModel()
     model.name = "llm_deployment_plan"
-    # the variables of new_int_var_series / new_bool_var_series, in their order (speed: no
-    # lookup of each bound by label)
-    id_list = ids.tolist()          # (speed: the ids as str once, not looked up in the index each time)
+    # the variables new_int_var_series / new_bool_var_series make, in their order (speed: the
+    # ids as a list once, no lookup of each bound by label)
+    id_list = ids.tolist()
     replicas = pd.Series([model.new_int_var(0, int(u), f"replicas[{cid}]") for cid, u in zip(id_list, upper_arr)],
                          index=ids, dtype=object)
     use = pd.Series([model.new_bool_var(f"use[{cid}]") for cid in id_list], index=ids, dtype=object)
     spare_index = ids[can_spare]
-    spare = pd.Series([model.new_bool_var(f"spare[{cid}]") for cid in spare_index], index=spare_index, dtype=object)
+    spare = pd.Series([model.new_bool_var(f"spare[{cid}]") for cid in spare_index.tolist()], index=spare_index,
+                      dtype=object)
     tvars = [model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
                                f"traffic_units[{id_list[j]},{w}]")
              for j, w, c in zip(rows, pair_wl, coef_arr)]
