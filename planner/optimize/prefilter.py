@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from planner.optimize.prune import block_codes, column_codes, group_codes, role_blocks, stable_order
+from planner.optimize.codes import column_codes, group_codes, stable_order
+from planner.optimize.prune import block_codes, role_blocks
 
 
 def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,

@@ -175,7 +175,7 @@ def _maxima_by_hand(codes, cap):
 @pytest.mark.parametrize("workloads,blocks", [(1, False), (2, False), (3, False), (3, True), (4, True)])
 def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
     from planner.optimize.prefilter import _capacity_maxima
-    from planner.optimize.prune import group_codes
+    from planner.optimize.codes import group_codes
 
     rng = np.random.default_rng(workloads)
     n = 300
