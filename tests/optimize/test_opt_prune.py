@@ -206,3 +206,31 @@ def test_blocks_and_pools_are_the_rows_joined(dtype):
         assert blocks[i] == ("both" if both else f"{row.role}@{pool}")
     assert candidate_blocks(cands.assign(role="both")).tolist() == ["both"] * n
     assert candidate_pools(cands.iloc[:0]).tolist() == candidate_blocks(cands.iloc[:0]).tolist() == []
+
+
+def test_prefilter_on_plain_capacities_is_the_one_on_role_blocks():
+    """prefilter_dominated's first pass on the plain capacities keeps what it keeps on the
+    role-block capacities (a group holds one block), and its cross-type pass on the role
+    blocks of the maxima alone what it keeps on the whole table's role blocks."""
+    from planner.dimensions import factorize_column
+    from planner.optimize.codes import group_codes
+    from planner.optimize.prefilter import _capacity_maxima, _cheaper_elsewhere, prefilter_dominated
+    from planner.optimize.prune import block_codes
+
+    rng = np.random.default_rng(11)
+    n = 600
+    cands = pd.DataFrame({"gpu": rng.choice(["g", "h", "k"], n), "gpus": rng.choice([1, 2], n),
+                          "usd_per_replica_hour": rng.choice([1.0, 2.0], n), "model": rng.choice(["m1", "m2"], n),
+                          "role": rng.choice(["both", "prefill", "decode"], n), "quantization": rng.choice(["bf16", "fp8"], n),
+                          "kv_cache_dtype": "bf16"}).astype("str").astype({"gpus": int, "usd_per_replica_hour": float})
+    cap = pd.DataFrame(rng.choice([0.0, 0.5, 1.0, 1.5], (n, 3)), columns=["a", "b", "c"])
+    block, labels = block_codes(cands)
+    codes = group_codes([factorize_column(cands[c]) for c in ("gpu", "gpus", "usd_per_replica_hour", "model")]
+                        + [(block, labels)])
+    blocked = role_blocks(labels[block], cap)
+    first = _capacity_maxima(codes, cap)
+    assert first.tolist() == _capacity_maxima(codes, blocked).tolist()
+    for limited in (set(), {"g"}):
+        whole = first[~_cheaper_elsewhere(cands.iloc[first], blocked.iloc[first], limited)]
+        assert prefilter_dominated(cands, cap, limited).tolist() == whole.tolist()
+        assert 0 < len(whole) < len(first) < n
