@@ -24,7 +24,6 @@ data).
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from planner.optimize.model import BuiltModel, emit_model
 from planner.optimize.scaling import limit_cost_units
@@ -66,8 +65,8 @@ def block_positions(built: BuiltModel) -> list[np.ndarray] | None:
         if gpus[j] in inst.inventory_gpus:
             union(("g", gpus[j]), ("c", int(j)))
     served = np.unique(rows)
-    roots = np.array([find(("c", int(j))) for j in served], dtype=object)
-    labels = pd.factorize(pd.Series([str(r) for r in roots]))[0]
+    first: dict = {}                # each root's block number, in order of first appearance
+    labels = np.array([first.setdefault(find(("c", int(j))), len(first)) for j in served], dtype=np.intp)
     if labels.max(initial=0) < 1:
         return None
     return [served[labels == b] for b in range(labels.max() + 1)]
