@@ -135,16 +135,15 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
 def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
     """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
     configuration it evaluated), to carry to the later stages."""
-    frames, parts, positions, hashes = [], [], [], []
+    columns, parts, positions, hashes = [], [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frame, params, evaluated, coded = _evaluate_model(problem, model_id)
-        frames.append(frame)
+        model_columns, params, evaluated, model_hashes = _evaluate_model(problem, model_id)
+        columns.append(model_columns)
         parts.append(params)
         positions.append(evaluated)
-        hashes.append(dimensions.candidate_hashes(frame, coded))    # row by row: per frame
-    out = pd.concat(frames)
+        hashes.append(model_hashes)
+    starts = np.cumsum([0] + [len(h) for h in hashes[:-1]])
     hashes = np.concatenate(hashes)
-    out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
     # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string
     # sort; two equal ids are two equal neighbours there). The ids are distinct (else the
     # error below), so any sort gives the one order: the unstable one is the fastest.
@@ -152,18 +151,24 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     order = np.argsort(top)
     if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
-    # each model's evaluated rows (positions in its frame), in the order of its parameters
-    starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
+    # the table built once, in id order (speed: no per-model frame, no take of a wide frame)
+    index = pd.Index(dimensions.id_strings(hashes[order]), name="candidate_id")
+    out = dimensions.frame_of(columns, order, index)
+    # each model's evaluated rows (positions in its grid), in the order of its parameters,
+    # at their positions in the table
     rows = np.concatenate([start + at for start, at in zip(starts, positions)]).astype(int)
+    place = np.empty(len(order), dtype=np.intp)
+    place[order] = np.arange(len(order))
     sizes = [len(at) for at in positions]
-    return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes))
+    return out, problem_params(problem, index[place[rows]], parameters.concat(parts, sizes))
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, np.ndarray, dict]:
-    """One model's grid, evaluated: the frame (the grid's rows, in grid order), the serving
-    parameters of the configurations evaluated, their positions in the frame (ascending: the
-    parameters' order) and the frame's dimension columns' :class:`planner.dimensions.Coded`
-    forms."""
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParams, np.ndarray, np.ndarray]:
+    """One model's grid, evaluated: its columns (name -> the grid's rows' values, in grid
+    order: a :class:`planner.dimensions.Coded` column or an array; the table's columns in
+    order, for :func:`planner.dimensions.frame_of`), the serving parameters of the
+    configurations evaluated, their positions in the grid (ascending: the parameters'
+    order) and the rows' :func:`planner.dimensions.candidate_hashes`."""
     frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame, coded)
@@ -195,15 +200,15 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
         out[evaluated] = values
         return out
 
-    for name, derived in dimensions.DERIVED.items():
-        frame[name] = derived(frame)
-    added: dict[str, np.ndarray] = {}   # the evaluated columns, in order: joined to the frame at once (speed)
+    columns: dict = {name: coded[name] for name in frame.columns}   # the dimensions, then the derived
+    columns.update({name: np.asarray(derived(frame)) for name, derived in dimensions.DERIVED.items()})
+    added: dict[str, np.ndarray] = {}   # the evaluated columns, in order
     # per distinct GPU, then onto the rows by their codes (speed: no per-row map)
     g_codes, g_ids = coded["gpu"].factorize()
     prices = problem.prices_usd_per_gpu_hour
     price = np.array([prices.get(g, np.nan) for g in g_ids] + [np.nan], dtype=float)[g_codes]
     added["usd_per_gpu_hour"] = price
-    added["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
+    added["usd_per_replica_hour"] = price * columns["gpus"]
     added["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
     for key in _KEPT_METRICS:
         added[key] = padded(metrics[key])
@@ -264,13 +269,18 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     which = np.full(len(frame), len(REASONS))
     for i in range(len(REASONS) - 1, -1, -1):
         which[reasons[REASONS[i]]] = i
-    added["infeasible_reason"] = np.array([*REASONS, ""], dtype=object)[which]
+    added["infeasible_reason"] = dimensions.Coded(_REASON_TEXTS, which)
     feasible = added["feasible"] = which == len(REASONS)
     for name, values in added.items():   # no capacity where the configuration is rejected
         if name.startswith(("capacity_per_s[", "central_capacity_per_s[")):
             values[~feasible] = 0.0
-    frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
-    return frame, params, evaluated, coded
+    columns.update(added)
+    return columns, params, evaluated, dimensions.candidate_hashes(frame, coded)
+
+
+#: The ``infeasible_reason`` texts by their position in :data:`REASONS` ('' last: feasible),
+#: as the column's distinct values (a str column, as a frame types a column of texts).
+_REASON_TEXTS = pd.Series(pd.array([*REASONS, ""], dtype="str"))
 
 
 #: The serving-model outputs of :func:`planner.serving.evaluate.evaluate` the search keeps.
