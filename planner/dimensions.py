@@ -369,8 +369,11 @@ class Coded:
     def factorize(self) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, uniques)`` of the column as :func:`factorize_column` makes them, except
         that ``uniques`` are all of the distinct values, in their own order (some may not
-        occur in the rows): for lookups once per distinct value, taken to the rows by code."""
+        occur in the rows): for lookups once per distinct value, taken to the rows by code.
+        The codes may be the column's own ``index`` array: read them, do not write."""
         codes, uniques = factorize_column(self.distinct)
+        if np.array_equal(codes, np.arange(len(codes))):   # each value once (a grid): its codes are the index
+            return self.index, uniques
         return codes[self.index], uniques
 
     def distinct_values(self, d: Dimension) -> tuple[np.ndarray, list, np.ndarray | None]:
@@ -422,7 +425,16 @@ def _taken(source, order: np.ndarray):
     distinct = source[0].distinct if len(source) == 1 else pd.concat([v.distinct for v in source], ignore_index=True)
     offsets = np.cumsum([0] + [len(v.distinct) for v in source[:-1]])
     codes = source[0].index if len(source) == 1 else np.concatenate([v.index + o for v, o in zip(source, offsets)])
-    return distinct.array.take(codes[order])
+    return _values_at(distinct, codes[order])
+
+
+def _values_at(distinct: pd.Series, positions: np.ndarray):
+    """The values of ``distinct`` at ``positions``, typed as the Series is: a numpy array
+    for a numpy dtype (numpy's take: without the extension array's index checks, speed),
+    else its extension array's take (a str column stays str)."""
+    if isinstance(distinct.dtype, np.dtype):
+        return distinct.to_numpy().take(positions)
+    return distinct.array.take(positions)
 
 
 def _values_of(column):
@@ -490,7 +502,7 @@ class CandidateTable:
             inner //= len(seq)
             index = np.tile(np.repeat(np.arange(len(seq)), inner), size // (inner * len(seq)))
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
-            columns[name] = distinct.array.take(index)
+            columns[name] = _values_at(distinct, index)
             coded[name] = Coded(distinct, index, inner)
         return cls(pd.DataFrame(columns, copy=False)), coded
 
