@@ -176,22 +176,26 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     # the structurally possible rows are evaluated; the frame stays in grid order (the
     # candidate table is sorted by id at the end: one reordering of the rows)
     evaluated = np.flatnonzero(~structural_bad)
-    ok = frame.take(evaluated).reset_index(drop=True)
-    ok_coded = {name: column.take(evaluated) for name, column in coded.items()}
+    n_ok = len(evaluated)
 
     first = workloads[0]
     copies = _role_copies(coded, evaluated)
-    arrays, config_params, fallback, metrics, spread = _serving_rows(problem, ok, ok_coded, first, copies)
+    # the rows evaluated, one per configuration with role copies (the frame's rows at
+    # ``at``; speed: no frame of every evaluated row then)
+    at = evaluated if copies is None else evaluated[copies]
+    rows = frame.take(at).reset_index(drop=True)
+    arrays, config_params, fallback, metrics = _serving_rows(problem, rows, {k: v.take(at) for k, v in coded.items()},
+                                                             first)
+    spread = None if copies is None else np.repeat(np.arange(len(copies)), n_ok // len(copies))
 
     def per_row(values):
-        """Values per configuration (arrays, parameters) at the rows of ``ok``."""
+        """Values per configuration (arrays, parameters) at the evaluated rows."""
         if spread is None:
             return values
         return values.take(spread) if isinstance(values, (ConfigArrays, ServingParams)) else values[spread]
 
     params, fallback = per_row(config_params), per_row(fallback)
     metrics = {key: per_row(value) for key, value in metrics.items()}
-    n_ok = len(ok)
 
     def padded(values, fill=np.nan):
         """``values`` of the evaluated rows at their rows of the frame, ``fill`` elsewhere."""
@@ -223,23 +227,23 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
         warrays[w.name] = warr
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
         full = memory.max_concurrency(warr, config_params, w.prompt.mean + w.output.mean)
-        kv_cap_ok &= per_row(full) >= ok["max_batch"].to_numpy()
+        kv_cap_ok &= per_row(full >= rows["max_batch"].to_numpy())   # (a configuration's rows: one max batch)
     # Capacity at SLO only where memory allows the configuration at all.
     live = np.flatnonzero(fits & kv_cap_ok)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
-    by_config = spread is not None
-    if by_config:   # role copies: the live rows are whole groups (their values are per configuration)
+    if spread is not None:   # role copies: the live rows are whole groups (their values are per configuration)
         size = n_ok // len(copies)
         live_configs = np.flatnonzero((fits & kv_cap_ok)[::size])
-        by_config = len(live_configs) > 0
     for w in workloads:
-        if by_config:
+        if not live.size:   # no row to evaluate (with role copies, ``rows`` are configurations)
+            cap = {key: np.zeros(0) for key in _CAPACITY_KEYS}
+        elif spread is not None:
             cap = _role_copy_capacities(problem, w, warrays[w.name].take(live_configs),
-                                        config_params.take(live_configs), tuple(ok["role"].iloc[:size]),
+                                        config_params.take(live_configs), tuple(frame["role"].iloc[evaluated[:size]]),
                                         Margins.of(problem))
-        else:
-            cap = _live_capacity(problem, ok, w, per_row(warrays[w.name]), params, live)
+        else:           # (rows of their own: ``rows`` are the evaluated rows)
+            cap = _live_capacity(problem, rows, w, per_row(warrays[w.name]), params, live)
         rate = np.zeros(n_ok)
         central = np.zeros(n_ok)
         ttft = np.full(n_ok, np.nan)
@@ -308,23 +312,18 @@ def _role_copies(coded: dict, evaluated: np.ndarray) -> np.ndarray | None:
     return np.arange(0, len(evaluated), size)
 
 
-def _serving_rows(problem: Problem, ok: pd.DataFrame, ok_coded: dict, workload, copies: np.ndarray | None):
+def _serving_rows(problem: Problem, rows: pd.DataFrame, coded: dict, workload):
     """Serving-model arrays (at ``workload``'s mean lengths), parameters, math fallback and
-    :data:`_KEPT_METRICS` of the rows ``ok``, and None. ``copies`` (:func:`_role_copies`): rows
-    whose configuration repeats once per role; each configuration is then evaluated once
-    (speed; every value is per row and does not read the role: the same numbers): the
-    values are the configurations', and the last item the configuration of each row of ``ok``."""
-    rows, coded = ok, ok_coded
-    if copies is not None:
-        rows, coded = ok.take(copies).reset_index(drop=True), {k: v.take(copies) for k, v in ok_coded.items()}
+    :data:`_KEPT_METRICS` of configuration ``rows`` (``coded``: their columns'
+    :class:`planner.dimensions.Coded` forms). With role copies (:func:`_role_copies`) the
+    search passes one row per configuration: every value is per row and does not read the
+    role (the same numbers for each of its roles' rows)."""
     cfg = rows.assign(batch=rows["max_batch"], prompt_tokens=workload.prompt.mean,
                       output_tokens=workload.output.mean, context_tokens=np.nan)
     arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=coded)
     params = serving_params(problem, rows, coded)
     metrics = evaluate(arrays, params)
-    metrics = {key: metrics[key] for key in _KEPT_METRICS}
-    spread = None if copies is None else np.repeat(np.arange(len(copies)), len(ok) // len(copies))
-    return arrays, params, fallback, metrics, spread
+    return arrays, params, fallback, {key: metrics[key] for key in _KEPT_METRICS}
 
 
 def _live_capacity(problem: Problem, ok: pd.DataFrame, workload, arrays: ConfigArrays, params: ServingParams,
@@ -360,12 +359,15 @@ def _role_copy_capacities(problem: Problem, workload, arrays: ConfigArrays, para
     distinct: dict = {}
     for r, role in enumerate(roles):
         kind = role == "prefill"
-        if kind not in distinct:
+        if kind not in distinct:   # the distinct rows and their values, once per kind (both and decode: one)
             key_arrays = disagg_roles.capacity_key(role, arrays) if kind else arrays
-            distinct[kind] = distinct_configs(key_arrays, params)
-        first, inverse = distinct[kind]
+            first, inverse = distinct_configs(key_arrays, params)
+            every = len(first) == n   # each row its own (first = 0, 1, ...): the rows as they are
+            distinct[kind] = (first, inverse, params if every else params.take(first),
+                              arrays if every else arrays.take(first))
+        first, inverse, first_params, first_arrays = distinct[kind]
         got = _role_capacity(problem, role, pd.DataFrame(index=pd.RangeIndex(len(first))), workload,
-                             params.take(first), arrays.take(first), traffic, workload.slo.ttft_p95_s,
+                             first_params, first_arrays, traffic, workload.slo.ttft_p95_s,
                              workload.slo.tpot_p95_s, margins, scale_out)
         per_row = {key: np.broadcast_to(np.asarray(got[key]), (len(first),))[inverse]
                    for key in _CAPACITY_KEYS}
