@@ -152,7 +152,7 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
     # the table built once, in id order (speed: no per-model frame, no take of a wide frame)
-    index = pd.Index(dimensions.id_strings(hashes[order]), name="candidate_id")
+    index = pd.Index(dimensions.id_strings(hashes[order]).astype(object), dtype="str", copy=False, name="candidate_id")
     out = dimensions.frame_of(columns, order, index)
     # each model's evaluated rows (positions in its grid), in the order of its parameters,
     # at their positions in the table
@@ -197,11 +197,12 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     params, fallback = per_row(config_params), per_row(fallback)
     metrics = {key: per_row(value) for key, value in metrics.items()}
 
-    def padded(values, fill=np.nan):
-        """``values`` of the evaluated rows at their rows of the frame, ``fill`` elsewhere."""
+    def padded(values, fill=np.nan, live=None):
+        """``values`` of the evaluated rows (``live``: of those at positions ``live`` among
+        them, as floats) at their rows of the frame, ``fill`` elsewhere."""
         values = np.asarray(values)
-        out = np.full(len(frame), fill, dtype=values.dtype)
-        out[evaluated] = values
+        out = np.full(len(frame), fill, dtype=values.dtype if live is None else float)
+        out[evaluated if live is None else evaluated[live]] = values
         return out
 
     columns: dict = {name: coded[name] for name in frame.columns}   # the dimensions, then the derived
@@ -244,22 +245,16 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
                                         Margins.of(problem))
         else:           # (rows of their own: ``rows`` are the evaluated rows)
             cap = _live_capacity(problem, rows, w, per_row(warrays[w.name]), params, live)
-        rate = np.zeros(n_ok)
-        central = np.zeros(n_ok)
-        ttft = np.full(n_ok, np.nan)
-        tpot = np.full(n_ok, np.nan)
-        rate[live] = cap["max_rate_per_s"]
-        central[live] = cap["central_rate_per_s"]
-        ttft[live] = np.where(cap["central_rate_per_s"] > 0, cap["ttft_p95_s"], np.nan)
-        tpot[live] = np.where(cap["central_rate_per_s"] > 0, cap["tpot_p95_s"], np.nan)
-        added[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
-        added[f"central_capacity_per_s[{w.name}]"] = padded(central, 0.0)
-        added[f"ttft_p95_s[{w.name}]"] = padded(ttft)
-        added[f"tpot_p95_s[{w.name}]"] = padded(tpot)
-        any_capacity |= rate > 0
-        violated = np.full(n_ok, "", dtype=object)
-        violated[live] = cap["slo_violated_at_low_load"]
-        ttft_only &= violated == "ttft"
+        served = cap["central_rate_per_s"] > 0
+        # the live rows' values at their rows of the frame (0 or NaN elsewhere), in one pass
+        added[f"capacity_per_s[{w.name}]"] = padded(cap["max_rate_per_s"], 0.0, live)
+        added[f"central_capacity_per_s[{w.name}]"] = padded(cap["central_rate_per_s"], 0.0, live)
+        added[f"ttft_p95_s[{w.name}]"] = padded(np.where(served, cap["ttft_p95_s"], np.nan), np.nan, live)
+        added[f"tpot_p95_s[{w.name}]"] = padded(np.where(served, cap["tpot_p95_s"], np.nan), np.nan, live)
+        any_capacity[live] |= np.asarray(cap["max_rate_per_s"]) > 0     # (other rows: rate 0)
+        ttft_first = np.zeros(n_ok, dtype=bool)                         # (other rows: no violated SLO)
+        ttft_first[live] = np.asarray(cap["slo_violated_at_low_load"]) == "ttft"
+        ttft_only &= ttft_first
     for other in problem.workloads:
         if other.model != model_id:
             added[f"capacity_per_s[{other.name}]"] = np.zeros(len(frame))
