@@ -149,7 +149,8 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
     # error below), so any sort gives the one order: the unstable one is the fastest.
     top = hashes >> np.uint64(16)
     order = np.argsort(top)
-    if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
+    ranked = top[order]
+    if (ranked[1:] == ranked[:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
     # the table built once, in id order (speed: no per-model frame, no take of a wide frame)
     index = pd.Index(dimensions.id_strings(hashes[order]).astype(object), dtype="str", copy=False, name="candidate_id")
