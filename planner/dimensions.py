@@ -281,13 +281,10 @@ def _mixed(h: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 
 def _grid_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None) -> np.ndarray | None:
-    """:func:`candidate_hashes` of a whole grid (:meth:`CandidateTable.coded_grid`: every
-    dimension column of ``frame`` a product column of ``coded``), or None for other rows.
-
-    Speed (the same hashes, bit for bit): the grid's rows are the product of the columns'
-    distinct values in canonical order, so the hash after each dimension is computed once
-    per combination of the dimensions up to it, every step the same operations on the same
-    numbers as a row's: only the last dimension's step has one entry per row."""
+    """:func:`candidate_hashes` of a whole grid (:meth:`CandidateTable.coded_grid`), or None.
+    Speed (the same bits): the rows are the product of the columns' distinct values in
+    canonical order, so the hash after each dimension is computed once per combination of
+    the dimensions up to it (the same operations on the same numbers as a row's)."""
     names = [d.name for d in DIMENSIONS if d.name in frame.columns]
     if coded is None or not names or any(n not in coded or coded[n].inner is None for n in names):
         return None
@@ -382,64 +379,13 @@ class Coded:
         return codes[self.index], texts, None if defaults is None else defaults[self.index]
 
 
-def frame_of(parts: Sequence[Mapping[str, Any]], order: np.ndarray, index: pd.Index) -> pd.DataFrame:
-    """One DataFrame of consecutive blocks of rows, at positions ``order`` of their
-    concatenation, indexed by ``index``: what ``pd.concat`` of the blocks' frames and
-    ``.iloc[order]`` give (the same values, dtypes and column order), without the blocks'
-    frames and the take of a wide frame (speed: the search's candidate table).
-
-    Each part maps a column name to its rows' values: a :class:`Coded` column (taken from
-    its few distinct values) or an array. The columns are the parts' in order of first
-    appearance; a float column may be absent from a part (NaN there, as in ``pd.concat``),
-    another may not. Adjacent float columns share one block (as one frame's do)."""
-    sizes = [len(_values_of(next(iter(part.values())))) for part in parts]
-    names = list(dict.fromkeys(name for part in parts for name in part))
-    sources: dict[str, Any] = {}      # per column: its Coded parts, or its rows' array (in part order)
-    for name in names:
-        each = [part.get(name) for part in parts]
-        if all(isinstance(v, Coded) for v in each):
-            sources[name] = each
-            continue
-        arrays = [np.full(n, np.nan) if v is None else np.asarray(_values_of(v)) for v, n in zip(each, sizes)]
-        if any(v is None for v in each) and any(a.dtype.kind != "f" for a in arrays):
-            raise ValueError(f"frame_of: column '{name}' is absent from a part and not a float column")
-        sources[name] = arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-    pieces = []
-    for is_float, run in itertools.groupby(names, key=lambda n: getattr(sources[n], "dtype", None) == np.float64):
-        run = list(run)
-        if is_float:   # one 2-D block, filled row by row: no per-column frame to consolidate
-            block = np.empty((len(run), len(order)))
-            for row, name in zip(block, run):   # (valid positions: "clip" only skips numpy's buffer)
-                np.take(sources[name], order, out=row, mode="clip")
-            pieces.append(pd.DataFrame(block.T, columns=run, index=index, copy=False))
-        else:
-            pieces.append(pd.DataFrame({name: _taken(sources[name], order) for name in run}, index=index, copy=False))
-    return pd.concat(pieces, axis=1) if len(pieces) > 1 else pieces[0]
-
-
-def _taken(source, order: np.ndarray):
-    """The rows ``order`` of a :func:`frame_of` column that is not a float array: its array's,
-    or its :class:`Coded` parts' (their distinct values in part order, the codes offset)."""
-    if not isinstance(source, list):
-        return source.take(order)
-    distinct = source[0].distinct if len(source) == 1 else pd.concat([v.distinct for v in source], ignore_index=True)
-    offsets = np.cumsum([0] + [len(v.distinct) for v in source[:-1]])
-    codes = source[0].index if len(source) == 1 else np.concatenate([v.index + o for v, o in zip(source, offsets)])
-    return _values_at(distinct, codes[order])
-
-
-def _values_at(distinct: pd.Series, positions: np.ndarray):
+def values_at(distinct: pd.Series, positions: np.ndarray):
     """The values of ``distinct`` at ``positions``, typed as the Series is: a numpy array
     for a numpy dtype (numpy's take: without the extension array's index checks, speed),
     else its extension array's take (a str column stays str)."""
     if isinstance(distinct.dtype, np.dtype):
         return distinct.to_numpy().take(positions)
     return distinct.array.take(positions)
-
-
-def _values_of(column):
-    """The rows' values of a :func:`frame_of` column (a :class:`Coded` column or an array)."""
-    return column.index if isinstance(column, Coded) else column
 
 
 #: Each byte's two hex digits as one 8-byte little-endian word: two UCS-4 code points, the
@@ -505,7 +451,7 @@ class CandidateTable:
             index = np.tile(np.arange(len(seq)), size // (inner * len(seq)))
             index = np.repeat(index, inner) if inner > 1 else index
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
-            columns[name] = _values_at(distinct, index)
+            columns[name] = values_at(distinct, index)
             coded[name] = Coded(distinct, index, inner)
         return cls(pd.DataFrame(columns, copy=False)), coded
 

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from planner import dimensions, parameters
+from planner.candidate_frame import frame_of
 from planner.configs import config_arrays, distinct_configs
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -154,7 +155,7 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
         raise RuntimeError("candidate id collision; please report this problem file")
     # the table built once, in id order (speed: no per-model frame, no take of a wide frame)
     index = pd.Index(dimensions.id_strings(hashes[order]).astype(object), dtype="str", copy=False, name="candidate_id")
-    out = dimensions.frame_of(columns, order, index)
+    out = frame_of(columns, order, index)
     # each model's evaluated rows (positions in its grid), in the order of its parameters,
     # at their positions in the table
     rows = np.concatenate([start + at for start, at in zip(starts, positions)]).astype(int)
@@ -167,7 +168,7 @@ def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.Pr
 def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParams, np.ndarray, np.ndarray]:
     """One model's grid, evaluated: its columns (name -> the grid's rows' values, in grid
     order: a :class:`planner.dimensions.Coded` column or an array; the table's columns in
-    order, for :func:`planner.dimensions.frame_of`), the serving parameters of the
+    order, for :func:`planner.candidate_frame.frame_of`), the serving parameters of the
     configurations evaluated, their positions in the grid (ascending: the parameters'
     order) and the rows' :func:`planner.dimensions.candidate_hashes`."""
     frame, coded = _grid(problem, model_id)
