@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from planner import dimensions, parameters
-from planner.candidate_frame import frame_of
+from planner.candidate_frame import Scattered, frame_of
 from planner.configs import config_arrays, distinct_configs
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -201,10 +201,15 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
 
     def padded(values, fill=np.nan, live=None):
         """``values`` of the evaluated rows (``live``: of those at positions ``live`` among
-        them, as floats) at their rows of the frame, ``fill`` elsewhere."""
+        them, as floats) at their rows of the frame, ``fill`` elsewhere: a float column as a
+        :class:`planner.candidate_frame.Scattered` one (written to the table's rows at the
+        end), another as an array."""
         values = np.asarray(values)
-        out = np.full(len(frame), fill, dtype=values.dtype if live is None else float)
-        out[evaluated if live is None else evaluated[live]] = values
+        rows = evaluated if live is None else evaluated[live]
+        if live is not None or values.dtype == np.float64:   # (its own copy: the zeroing below writes it)
+            return Scattered(np.array(np.broadcast_to(values, rows.shape), dtype=float), rows, fill, len(frame))
+        out = np.full(len(frame), fill, dtype=values.dtype)
+        out[rows] = values
         return out
 
     columns: dict = {name: coded[name] for name in frame.columns}   # the dimensions, then the derived
@@ -274,7 +279,10 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     feasible = added["feasible"] = which == len(REASONS)
     for name, values in added.items():   # no capacity where the configuration is rejected
         if name.startswith(("capacity_per_s[", "central_capacity_per_s[")):
-            values[~feasible] = 0.0
+            if isinstance(values, Scattered):   # (its fill, elsewhere: 0)
+                values.values[~feasible[values.rows]] = 0.0
+            else:
+                values[~feasible] = 0.0
     columns.update(added)
     return columns, params, evaluated, dimensions.candidate_hashes(frame, coded)
 

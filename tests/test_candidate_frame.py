@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from planner import dimensions
-from planner.candidate_frame import frame_of
+from planner.candidate_frame import Scattered, frame_of
 from planner.dimensions import CandidateTable
 
 
@@ -43,3 +43,31 @@ def test_frame_of_is_the_parts_frames_concatenated_and_reordered():
     pd.testing.assert_frame_equal(alone, frame(first, table.frame).iloc[::-1].set_axis(index[:n]), check_exact=True)
     with pytest.raises(ValueError, match="'ok' is absent from a part"):
         frame_of([first, {k: v for k, v in second.items() if k != "ok"}], order, index)
+
+
+def test_scattered_columns_equal_their_dense_arrays():
+    """A Scattered float column (values at some rows, a fill elsewhere) gives the table what
+    its dense array gives, in one part and across parts (with an absent part: NaN)."""
+    rng = np.random.default_rng(1)
+    sizes = (7, 5)
+    rows = (np.array([0, 2, 3, 6]), np.array([1, 4]))
+    values = (rng.random(4), rng.random(2))
+
+    def dense(k, fill):
+        out = np.full(sizes[k], fill)
+        out[rows[k]] = values[k]
+        return out
+
+    order = rng.permutation(sum(sizes))
+    index = pd.Index([f"c{i:02d}" for i in range(sum(sizes))], name="candidate_id")
+    scattered = [{"n": np.arange(sizes[k]), "rate": Scattered(values[k], rows[k], 0.0, sizes[k]),
+                  "ttft": Scattered(values[k] * 2, rows[k], np.nan, sizes[k])} for k in (0, 1)]
+    scattered[1].pop("ttft")                                         # absent from the second part
+    plain = [{"n": np.arange(sizes[k]), "rate": dense(k, 0.0), **({"ttft": 2 * dense(k, np.nan)} if k == 0 else {})}
+             for k in (0, 1)]
+    got, want = frame_of(scattered, order, index), frame_of(plain, order, index)
+    pd.testing.assert_frame_equal(got, want, check_exact=True)
+    assert np.isnan(got["ttft"].to_numpy()).sum() == sizes[1] + sizes[0] - len(rows[0])
+    assert got["rate"].to_numpy()[np.argsort(order)][rows[0]].tolist() == values[0].tolist()
+    one = frame_of(scattered[:1], np.arange(sizes[0])[::-1], index[:sizes[0]])
+    pd.testing.assert_frame_equal(one, frame_of(plain[:1], np.arange(sizes[0])[::-1], index[:sizes[0]]), check_exact=True)
