@@ -248,14 +248,14 @@ def candidate_ids(frame: pd.DataFrame) -> pd.Series:
 def candidate_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None = None) -> np.ndarray:
     """The 64-bit hashes behind :func:`candidate_ids` (the id is the top 48 bits in hex, so
     the ids sort as ``hashes >> 16`` do). ``coded``: :class:`Coded` forms of (some of) the
-    frame's columns, used instead of the columns (the same hashes)."""
+    frame's columns, used instead of them (the same hashes), or of columns it leaves out."""
     grid = _grid_hashes(frame, coded)
     if grid is not None:
         return grid
     h = np.zeros(len(frame), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for d in DIMENSIONS:
-            if d.name not in frame.columns:
+            if d.name not in frame.columns and (coded is None or d.name not in coded):
                 if d.default is None:
                     raise KeyError(f"candidate_ids: the frame has no column '{d.name}'")
                 continue
@@ -285,7 +285,7 @@ def _grid_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None) -> np.n
     Speed (the same bits): the rows are the product of the columns' distinct values in
     canonical order, so the hash after each dimension is computed once per combination of
     the dimensions up to it (the same operations on the same numbers as a row's)."""
-    names = [d.name for d in DIMENSIONS if d.name in frame.columns]
+    names = [d.name for d in DIMENSIONS if d.name in frame.columns or (coded is not None and d.name in coded)]
     if coded is None or not names or any(n not in coded or coded[n].inner is None for n in names):
         return None
     inner = len(frame)
@@ -293,11 +293,11 @@ def _grid_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None) -> np.n
         inner //= max(len(coded[n].distinct), 1)
         if coded[n].inner != inner:
             return None
-    if inner != 1 or any(d.default is None and d.name not in frame.columns for d in DIMENSIONS):
+    if inner != 1 or any(d.default is None and d.name not in names for d in DIMENSIONS):
         return None
     h = np.zeros(1, dtype=np.uint64)
     for d in DIMENSIONS:
-        if d.name not in frame.columns:
+        if d.name not in names:
             continue
         codes, texts, defaults = _distinct_values(coded[d.name].distinct, d)
         values = np.array([_value_hash(f"{d.name}={u}") for u in texts], dtype=np.uint64)[codes]
@@ -427,9 +427,10 @@ class CandidateTable:
         return cls.coded_grid(values)[0]
 
     @classmethod
-    def coded_grid(cls, values: Mapping[str, Sequence]) -> tuple[CandidateTable, dict[str, Coded]]:
+    def coded_grid(cls, values: Mapping[str, Sequence], texts: bool = True) -> tuple[CandidateTable, dict[str, Coded]]:
         """:meth:`grid` and, per column, its :class:`Coded` factorization (from the product's
-        structure: no pass over the rows' values)."""
+        structure: no pass over the rows' values). ``texts=False``: the text columns (model,
+        GPU, ...) only as their Coded forms, not in the frame (speed: read by code)."""
         unknown = [n for n in values if n not in _BY_NAME]
         missing = [d.name for d in DIMENSIONS if d.name not in values and d.default is None]
         if unknown or missing:
@@ -446,12 +447,12 @@ class CandidateTable:
         columns, coded, inner = {}, {}, size
         for name, seq in zip(names, seqs):
             inner //= len(seq)
-            # (r // inner) % len(seq) per row r: the runs tiled, then repeated (numpy's repeat
-            # of few long runs is its slow case: ~1 ms at 164k rows)
+            # (r // inner) % len(seq) per row r, tiled then repeated (the fast order for numpy)
             index = np.tile(np.arange(len(seq)), size // (inner * len(seq)))
             index = np.repeat(index, inner) if inner > 1 else index
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
-            columns[name] = values_at(distinct, index)
+            if texts or isinstance(distinct.dtype, np.dtype):
+                columns[name] = values_at(distinct, index)
             coded[name] = Coded(distinct, index, inner)
         return cls(pd.DataFrame(columns, copy=False)), coded
 

@@ -84,14 +84,17 @@ def problem_params(problem: Problem, ids: pd.Index | None = None,
 
 
 def _grid(problem: Problem, model_id: str) -> tuple[pd.DataFrame, dict[str, dimensions.Coded]]:
-    """One model's grid and its columns' :class:`planner.dimensions.Coded` forms."""
-    table, coded = dimensions.CandidateTable.coded_grid({"model": [model_id], **dimensions.search_values(problem)})
+    """One model's grid and its columns' :class:`planner.dimensions.Coded` forms (the text
+    columns, model, GPU, ..., in these only: the search reads them by code)."""
+    table, coded = dimensions.CandidateTable.coded_grid({"model": [model_id], **dimensions.search_values(problem)},
+                                                        texts=False)
     return table.frame, coded
 
 
 def _structural(problem: Problem, frame: pd.DataFrame, coded: dict) -> dict[str, np.ndarray]:
     cat = problem.catalog
-    model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
+    model_id = coded["model"].distinct.iat[0]   # (one model's grid)
+    model = problem.imported_models.get(model_id) or cat.model(model_id)
     fmts = {q: cat.weight_format(q) for q in problem.quantization}
     # per distinct GPU and (GPU, format), then onto the rows by their codes (speed)
     g_codes, g_ids = coded["gpu"].factorize()
@@ -186,6 +189,8 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     # ``at``; speed: no frame of every evaluated row then)
     at = evaluated if copies is None else evaluated[copies]
     rows = frame.take(at).reset_index(drop=True)
+    if copies is None and "role" in coded:   # (the role of rows of their own: their capacities read it)
+        rows["role"] = dimensions.values_at(coded["role"].distinct, coded["role"].index[at])
     arrays, config_params, fallback, metrics = _serving_rows(problem, rows, {k: v.take(at) for k, v in coded.items()},
                                                              first)
     spread = None if copies is None else np.repeat(np.arange(len(copies)), n_ok // len(copies))
@@ -212,7 +217,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
         out[rows] = values
         return out
 
-    columns: dict = {name: coded[name] for name in frame.columns}   # the dimensions, then the derived
+    columns: dict = dict(coded)   # the dimensions (in the grid's order), then the derived
     columns.update({name: np.asarray(derived(frame)) for name, derived in dimensions.DERIVED.items()})
     added: dict[str, np.ndarray] = {}   # the evaluated columns, in order
     # per distinct GPU, then onto the rows by their codes (speed: no per-row map)
@@ -243,12 +248,13 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     if spread is not None:   # role copies: the live rows are whole groups (their values are per configuration)
         size = n_ok // len(copies)
         live_configs = np.flatnonzero((fits & kv_cap_ok)[::size])
+        roles = tuple(dimensions.values_at(coded["role"].distinct, coded["role"].index[evaluated[:size]]))
     for w in workloads:
         if not live.size:   # no row to evaluate (with role copies, ``rows`` are configurations)
             cap = {key: np.zeros(0) for key in _CAPACITY_KEYS}
         elif spread is not None:
             cap = _role_copy_capacities(problem, w, warrays[w.name].take(live_configs),
-                                        config_params.take(live_configs), tuple(frame["role"].iloc[evaluated[:size]]),
+                                        config_params.take(live_configs), roles,
                                         Margins.of(problem))
         else:           # (rows of their own: ``rows`` are the evaluated rows)
             cap = _live_capacity(problem, rows, w, per_row(warrays[w.name]), params, live)
