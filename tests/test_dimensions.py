@@ -223,6 +223,13 @@ def test_grid_hashes_by_the_product_equal_the_row_by_row_hashes():
     plain = table.frame.loc[at_defaults, list(CONFIG)].astype(object)   # defaults: the dense key's hash
     assert list(dimensions.id_strings(by_product[at_defaults.to_numpy()])) == \
         [_hand_id(dict(zip(CONFIG, row))) for row in plain.itertuples(index=False)]
+    # the text columns as Coded forms only (the search's grid): the same hashes, row by row too
+    numbers, same = dimensions.CandidateTable.coded_grid(values, texts=False)
+    assert list(numbers.frame.columns) == ["tp", "pp", "max_batch", "ep", "attention_dp"] and list(same) == list(coded)
+    pd.testing.assert_frame_equal(numbers.frame, table.frame[list(numbers.frame.columns)], check_exact=True)
+    assert np.array_equal(dimensions.candidate_hashes(numbers.frame, same), row_by_row)
+    assert np.array_equal(dimensions.candidate_hashes(numbers.frame, {k: c.take(np.arange(len(table)))
+                                                                      for k, c in same.items()}), row_by_row)
     rows = np.arange(len(table))[::-7]
     taken = {k: c.take(rows) for k, c in coded.items()}
     assert all(c.inner is None for c in taken.values())
