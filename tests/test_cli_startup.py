@@ -63,3 +63,24 @@ def test_dispatcher_ends_the_pause_before_a_command_that_does_not(collector, mon
 def test_solve_and_validate_end_the_pause_themselves():
     assert cli.command_module("solve").cmd_solve.resumes_gc is True
     assert cli.command_module("validate").cmd_validate.resumes_gc is True
+
+
+def test_exit_now_runs_the_exit_handlers_flushes_and_keeps_the_status(tmp_path):
+    """A real process: the ``atexit`` handlers run, both streams' buffered text comes out
+    whole, and the status is the one given; an error's exit status (2) through ``run()``."""
+    import subprocess
+    import sys
+
+    driver = ("import atexit, sys\n"
+              "from planner.cli import startup\n"
+              "atexit.register(lambda: print('handler ran', file=sys.stderr))\n"
+              "sys.stdout.write('x' * 200000)\n"
+              "startup.exit_now(3)\n"
+              "print('not reached')\n")
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True)
+    assert proc.returncode == 3 and proc.stdout == "x" * 200000 and proc.stderr == "handler ran\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\n")
+    proc = subprocess.run([sys.executable, "-c", "from planner.cli import run; run()", "validate", str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr

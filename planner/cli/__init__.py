@@ -152,11 +152,12 @@ def run() -> None:
     and the serving kernel runs its own threads, :mod:`planner.serving.parallel`), and
     starting a thread per core when numpy is imported costs some 30 ms of CPU per run.
     The cyclic garbage collector is paused while the command's modules import and frozen
-    before the exit (:mod:`planner.cli.startup`).
+    before the exit, and the process ends without tearing its modules down
+    (:mod:`planner.cli.startup`, :func:`planner.cli.startup.exit_now`).
     """
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     startup.pause()
     code = main()
     startup.freeze_for_exit()
-    sys.exit(code)
+    startup.exit_now(code)

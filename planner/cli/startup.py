@@ -18,7 +18,11 @@ included (about 0.1 s). So the ``planner`` console script (:func:`planner.cli.ru
    calls it right before the command runs, so that no command computes with the collector
    paused;
 3. freezes what is alive once the command has returned, right before the exit
-   (:func:`freeze_for_exit`): the exit's collections then have nothing to walk.
+   (:func:`freeze_for_exit`): the exit's collections then have nothing to walk;
+4. ends the process without the interpreter's teardown (:func:`exit_now`): the ``atexit``
+   handlers run and the standard streams are flushed, then the process exits. Tearing
+   down every module and freeing the plan's tables one object at a time costs some 20 ms
+   of a ``planner solve`` that the operating system does at once.
 
 Nothing of this changes a result: objects that reference counting frees are freed as
 before, and the collector only ever frees unreachable cycles.
@@ -26,7 +30,10 @@ before, and the collector only ever frees unreachable cycles.
 
 from __future__ import annotations
 
+import atexit
 import gc
+import os
+import sys
 
 _paused = False     # whether :func:`pause` disabled the collector and :func:`resume` has not run yet
 
@@ -61,3 +68,18 @@ def freeze_for_exit() -> None:
     that the interpreter's collections at the exit do not walk it."""
     resume()
     gc.freeze()
+
+
+def exit_now(code: int) -> None:
+    """End the process with exit status ``code`` as :func:`sys.exit` would, less the
+    interpreter's teardown: run the ``atexit`` handlers, flush stdout and stderr (a reader
+    that has gone, as ``planner ... | head``, is not an error), then :func:`os._exit`. Only for
+    the console script, once the command has returned: its files are closed and its worker
+    threads have ended."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):   # reader gone / stream closed
+            pass
+    os._exit(code)
