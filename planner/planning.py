@@ -22,7 +22,8 @@ from planner.optimize import PlanningInstance, SolverOptions, SolveStatus
 from planner.optimize.alternatives import (EQUAL_COST_PLANS_LIMIT, MIN_ALTERNATIVE_LOAD_FRACTION, FoundPlan,
                                            plan_alternatives)
 from planner.optimize.model import build_model
-from planner.optimize.prune import candidate_blocks, candidate_pools, candidate_roles, prefilter_dominated, role_blocks
+from planner.optimize.prefilter import prefilter_dominated
+from planner.optimize.prune import candidate_pools, candidate_roles
 from planner.optimize.solve import group_sums
 from planner.parameters import ProblemParams
 from planner.problem import Problem
@@ -175,8 +176,7 @@ def planning_instance(problem: Problem, candidates: pd.DataFrame,
     if capacity.empty:
         return None
     limited = {problem.catalog.gpu(g).id for g in problem.spec.inventory}
-    blocks = candidate_blocks(rows)
-    at = prefilter_dominated(rows, role_blocks(blocks, capacity), limited, blocks=blocks)
+    at = prefilter_dominated(rows, capacity, limited)
     keep = capacity.index[at]
     if keep.is_monotonic_increasing:       # already sorted by id (the candidate table's order)
         cands, capacity = rows.iloc[at], capacity.iloc[at]

@@ -5,7 +5,8 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from planner.optimize.prune import NO_CAPACITY, NO_PARTNER, prune_dominated, prune_dominated_pools
+from planner.optimize.prune import (NO_CAPACITY, NO_PARTNER, block_codes, prune_dominated, prune_dominated_pools,
+                                    role_blocks)
 
 WORKLOADS = ["chat", "code"]
 
@@ -67,6 +68,46 @@ def test_prune_dominated_matches_its_definition_and_keeps_a_dominator():
         assert len(expected) >= 5
 
 
+def _kept_dominator(rows, cap, gpr, price, ids) -> str:
+    """The maximal element among the dominators ``rows`` of a candidate (none of them
+    dominates it), the first by larger capacity sum, fewer GPUs, lower price, position: the
+    per-row reading of the kept dominator of :func:`prune_dominated`."""
+    order = np.lexsort((rows, price, gpr, -cap.sum(axis=1)))
+    for pos in order:
+        beaten = ((cap >= cap[pos]).all(axis=1) & (gpr <= gpr[pos]) & (price <= price[pos])
+                  & ((cap > cap[pos]).any(axis=1) | (gpr < gpr[pos]) | (price < price[pos])
+                     | (rows < rows[pos])))
+        beaten[pos] = False
+        if not beaten.any():
+            return str(ids[rows[pos]])
+    raise AssertionError("no maximal dominator")   # a strict partial order has one
+
+
+def test_prune_dominated_keeps_the_per_row_kept_dominator():
+    """Each pruned candidate's dominator is the per-row maximal dominator of its own
+    dominators, with plain capacities and with role blocks (grouped by block or not)."""
+    checked = 0
+    for seed, roles in itertools.product(range(3), (False, True)):
+        frame, cap = _candidates(seed, 60, roles=roles)
+        frame, cap = frame.sort_index(), cap.sort_index()
+        if roles:
+            block, labels = block_codes(frame)
+            cap = role_blocks(labels[block], cap)
+        c, gpr = cap.to_numpy(float), frame["gpus_per_replica"].to_numpy(float)
+        price, ids = frame["usd_per_replica_hour"].to_numpy(float), frame.index.to_numpy()
+        pruned = prune_dominated(frame, cap, block=5)
+        if roles:
+            assert prune_dominated(frame, cap, blocks=block).equals(pruned)
+        gpu = frame["gpu"].to_numpy()
+        for j in map(frame.index.get_loc, pruned.index[pruned != NO_CAPACITY]):
+            dom = np.array([k for k in range(len(frame)) if k != j and gpu[k] == gpu[j] and gpr[k] <= gpr[j]
+                            and price[k] <= price[j] and (c[k] >= c[j]).all()
+                            and ((c[k] > c[j]).any() or gpr[k] < gpr[j] or price[k] < price[j] or k < j)])
+            assert _kept_dominator(dom, c[dom], gpr[dom], price[dom], ids) == pruned[ids[j]], ids[j]
+            checked += 1
+    assert checked >= 30
+
+
 def test_prune_dominated_pools_matches_its_definition():
     dropped_pools = 0
     for seed in range(4):
@@ -99,10 +140,7 @@ def test_prune_dominated_pools_matches_its_definition():
 
 def test_pool_dominators_are_the_kept_dominator_of_each_row():
     """The pooled pass picks, for every candidate of a dropped pool, what the per-row
-    :func:`planner.optimize.prune._kept_dominator` picks among its dominators in the pool
-    that replaces it."""
-    from planner.optimize.prune import _kept_dominator
-
+    :func:`_kept_dominator` picks among its dominators in the pool that replaces it."""
     checked = 0
     for seed in range(4):
         frame, cap = _candidates(seed, 48, roles=True)

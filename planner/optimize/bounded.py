@@ -17,9 +17,14 @@ plans from a smaller model:
   model, so the whole model's optimum costs at most as much: the threshold rises to
   (1 + :data:`RESTRICTION_HEADROOM`) times its cost (to its cost alone when the caller's
   ``last`` says no plan follows one of that cost), and the same step is solved again on
-  the larger restriction, whose optimum then costs at most the threshold (exact). When the
-  restriction is infeasible or a solve is not proven optimal, the step is solved again with
-  every candidate that some plan can deploy (the whole model's answer, time limit included).
+  the larger restriction, whose optimum then costs at most the threshold (exact); when no
+  candidate's bound lies between the two thresholds, the restriction is already the larger
+  one and its plan is exact as it stands (nothing is solved again). A plan that will be
+  solved again is, to the restricted search, the last one (its ``last``): it looks nothing
+  ahead for it, nor runs anything beside its proof, which only the dropped restriction
+  would use. When the restriction is infeasible or a solve is not proven optimal, the step
+  is solved again with every candidate that some plan can deploy (the whole model's
+  answer, time limit included).
 
 The first threshold is (1 + :data:`RESTRICTION_HEADROOM`) times the LP's own lower bound of
 the optimum, raised to keep at least :data:`RESTRICTION_LEAST_CANDIDATES` candidates; a
@@ -34,12 +39,14 @@ import time
 from dataclasses import replace
 
 import numpy as np
+import pandas as pd
 
 from planner.optimize.blocks import restricted
 from planner.optimize.instance import SolverOptions, SolveStatus
 from planner.optimize.lpbound import candidate_lower_bounds
 from planner.optimize.model import BuiltModel
 from planner.optimize.nextplan import WholeModelSearch
+from planner.optimize.scaling import COST_UNITS_PER_USD
 from planner.optimize.solve import SolveResult, plan_cost_units
 from planner.optimize.tiebreak import tie_break_weight
 
@@ -98,6 +105,7 @@ class BoundedSearch:
         self.options, self.later, self.fraction = options, later, min_load_fraction
         self.weight = tie_break_weight(built)
         self.found: list[frozenset] = []
+        self._positions: tuple | None = None     # (restriction, its rows in the whole model's)
         self._restrict(threshold)
 
     def _restrict(self, threshold: float) -> None:
@@ -115,20 +123,48 @@ class BoundedSearch:
         """The next plan of ``kind``, as :meth:`WholeModelSearch.next` of the whole model."""
         start = time.perf_counter()
         extra = 0
+
+        def ends(usd_per_hour: float) -> bool:
+            """The restricted search's ``last``: the caller's, and also when a plan of that cost
+            would be solved again on a larger restriction (nothing of this one is then needed
+            after it: no look-ahead, nothing beside). A prediction from the plan's cost in USD
+            (the exact test is in cost units); a wrong one costs time only."""
+            return ((last is not None and last(usd_per_hour))
+                    or self._solved_again(usd_per_hour * COST_UNITS_PER_USD, usd_per_hour, last))
+
         while True:
-            result = self.search.next(kind, last=last)
+            result = self.search.next(kind, last=ends)
             cost = None if result.replicas is None else plan_cost_units(self.sub, result.replicas.to_numpy())
             exact = result.status == SolveStatus.OPTIMAL and cost <= self.threshold
             if exact or self.complete:
                 return self._lifted(result, extra, time.perf_counter() - start)
+            optimal = result.status == SolveStatus.OPTIMAL
+            threshold = self._raised(cost, result.objective_usd_per_hour, last) if optimal else math.inf
+            if optimal and self._kept(threshold) == self._kept(self.threshold):
+                # no bound lies between the thresholds: this restriction (and its search, cuts
+                # included) is already that of the larger one, where its optimum is exact
+                self.threshold = threshold
+                return self._lifted(result, extra, time.perf_counter() - start)
             extra += int(result.solver_params.get("num_solves", 1))
-            if result.status != SolveStatus.OPTIMAL:
-                grown = math.inf
-            elif last is not None and last(result.objective_usd_per_hour):
-                grown = cost            # no plan after this one: the least exact threshold
-            else:
-                grown = cost * (1 + RESTRICTION_HEADROOM)
-            self._restrict(max(grown, self.threshold))
+            self._restrict(threshold)
+
+    def _raised(self, cost_units: float, usd_per_hour: float, last) -> float:
+        """The threshold after an optimal plan of that cost ended above this one: (1 +
+        :data:`RESTRICTION_HEADROOM`) times its cost, its cost alone when ``last`` says no plan
+        follows it (the least exact threshold)."""
+        grown = cost_units if last is not None and last(usd_per_hour) else cost_units * (1 + RESTRICTION_HEADROOM)
+        return max(grown, self.threshold)
+
+    def _solved_again(self, cost_units: float, usd_per_hour: float, last) -> bool:
+        """Whether an optimal plan of the restriction at that cost would be solved again on a
+        larger one (:meth:`next`)."""
+        if self.complete or cost_units <= self.threshold:
+            return False
+        return self._kept(self._raised(cost_units, usd_per_hour, last)) > self._kept(self.threshold)
+
+    def _kept(self, threshold: float) -> int:
+        """How many candidates a restriction to ``threshold`` keeps (finite bounds at most it)."""
+        return int(np.count_nonzero(np.isfinite(self.bounds) & (self.bounds <= threshold)))
 
     def forbid(self, used: set) -> None:
         self.found.append(frozenset(used))
@@ -142,6 +178,15 @@ class BoundedSearch:
         if result.replicas is None:
             return replace(result, solver_params=params, wall_time_s=wall_time_s)
         index, pairs = self.built.replicas.index, self.built.traffic.index
+        if self._positions is None or self._positions[0] is not self.sub:
+            self._positions = (self.sub, index.get_indexer(self.sub.replicas.index),
+                               pairs.get_indexer(self.sub.traffic.index))
+        _, at_replicas, at_pairs = self._positions
+        # the reindexed Series (0 outside the restriction), without pandas' reindex (7x slower)
+        y = np.zeros(len(index), dtype=np.int64)
+        y[at_replicas] = result.replicas.to_numpy(np.int64)
+        x = np.zeros(len(pairs), dtype=np.int64)
+        x[at_pairs] = result.traffic_units.to_numpy(np.int64)
         return replace(result, solver_params=params, wall_time_s=wall_time_s,
-                       replicas=result.replicas.reindex(index, fill_value=0).astype(np.int64),
-                       traffic_units=result.traffic_units.reindex(pairs, fill_value=0).astype(np.int64))
+                       replicas=pd.Series(y, index=index, name=result.replicas.name),
+                       traffic_units=pd.Series(x, index=pairs, name=result.traffic_units.name))

@@ -137,7 +137,7 @@ def _candidate_problems(candidates) -> list[str]:
         return ["candidates: must be a non-empty DataFrame"]
     problems = []
     index = candidates.index
-    if not all(isinstance(i, str) and i for i in index):
+    if not _non_empty_strings(index):
         problems.append("candidates.index: candidate_id values must be non-empty strings")
     if index.has_duplicates:
         dups = sorted(map(str, index[index.duplicated()].unique()))
@@ -146,14 +146,23 @@ def _candidate_problems(candidates) -> list[str]:
     if missing:
         return problems + [f"candidates: missing columns {missing}"]
     gpr = candidates["gpus_per_replica"]
-    if not all(_is_int(v) or (isinstance(v, float) and v.is_integer()) for v in gpr) or (gpr < 1).any():
+    integers = gpr.dtype.kind in "iu" or all(_is_int(v) or (isinstance(v, float) and v.is_integer()) for v in gpr)
+    if not integers or (gpr < 1).any():
         problems.append("candidates.gpus_per_replica: must be integers >= 1")
     price = pd.to_numeric(candidates["usd_per_replica_hour"], errors="coerce").to_numpy(float)
     if not (np.isfinite(price) & (price > 0)).all():
         problems.append("candidates.usd_per_replica_hour: must be finite and > 0")
-    if not all(isinstance(g, str) and g for g in candidates["gpu"]):
+    if not _non_empty_strings(candidates["gpu"]):
         problems.append("candidates.gpu: must be non-empty strings")
     return problems
+
+
+def _non_empty_strings(values: pd.Index | pd.Series) -> bool:
+    """Every value is a non-empty ``str`` (a string dtype without missing values: only
+    the empty strings to look for, vectorized; else value by value)."""
+    if isinstance(values.dtype, pd.StringDtype):
+        return not values.hasnans and not (values == "").any()
+    return all(isinstance(v, str) and v for v in values)
 
 
 def _traffic_problems(inst: PlanningInstance) -> list[str]:
@@ -168,7 +177,8 @@ def _traffic_problems(inst: PlanningInstance) -> list[str]:
         problems.append("rate_per_s: every workload rate must be finite and > 0")
     if not isinstance(cap, pd.DataFrame):
         return problems + ["capacity_per_s: must be a DataFrame"]
-    if isinstance(inst.candidates, pd.DataFrame) and set(cap.index) != set(inst.candidates.index):
+    if (isinstance(inst.candidates, pd.DataFrame) and not cap.index.equals(inst.candidates.index)
+            and set(cap.index) != set(inst.candidates.index)):
         problems.append("capacity_per_s.index: must hold exactly the candidate ids of candidates")
     if cap.index.has_duplicates:
         problems.append("capacity_per_s.index: duplicate candidate_id")
@@ -176,7 +186,8 @@ def _traffic_problems(inst: PlanningInstance) -> list[str]:
         problems.append(f"capacity_per_s.columns: must be the workloads {sorted(map(str, rate.index))}, "
                         f"got {sorted(map(str, cap.columns))}")
         return problems
-    numbers = cap.apply(pd.to_numeric, errors="coerce").to_numpy(float)
+    numeric = all(kind in "iuf" for kind in cap.dtypes.map(lambda d: d.kind))
+    numbers = cap.to_numpy(float) if numeric else cap.apply(pd.to_numeric, errors="coerce").to_numpy(float)
     if not (np.isfinite(numbers) & (numbers >= 0)).all():
         problems.append("capacity_per_s: capacities must be finite and >= 0")
     return problems

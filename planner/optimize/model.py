@@ -10,7 +10,7 @@ import pandas as pd
 from ortools.sat.python import cp_model
 
 from planner.optimize.instance import PlanningInstance
-from planner.optimize.prune import (candidate_blocks, candidate_pools, candidate_roles, prune_dominated,
+from planner.optimize.prune import (block_codes, candidate_pools, candidate_roles, prune_dominated,
                                     prune_dominated_pools, prune_replica_multiples, role_blocks)
 from planner.optimize.scaling import (COST_UNITS_PER_USD, LOAD_UNITS_PER_REPLICA, MAX_SCALED_MAGNITUDE,
                                       check_magnitudes, cost_units, limit_cost_units,
@@ -137,8 +137,11 @@ def build_model(instance: PlanningInstance, *, prune: bool = True, emit: bool = 
     workloads = instance.workloads
     cands = instance.candidates.sort_index()
     cap_frame = instance.capacity_per_s.loc[cands.index, list(workloads)].astype(float)
-    pruned = (prune_dominated(cands, role_blocks(candidate_blocks(cands), cap_frame)) if prune
-              else pd.Series(dtype=object, name="dominated_by"))
+    if prune:
+        block, labels = block_codes(cands)
+        pruned = prune_dominated(cands, role_blocks(labels[block], cap_frame), blocks=block)
+    else:
+        pruned = pd.Series(dtype=object, name="dominated_by")
     keep = ~cands.index.isin(pruned.index)
     # then whole prefill/decode pools another pool covers, and prefill/decode candidates that
     # replicas of a smaller one replace (each rule keeps the optimum of what the previous left)
@@ -222,11 +225,17 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
 
     model = PlanModel()
     model.name = "llm_deployment_plan"
-    replicas = model.new_int_var_series("replicas", ids, 0, upper)
-    use = model.new_bool_var_series("use", ids)
-    spare = model.new_bool_var_series("spare", ids[can_spare])
+    # the variables new_int_var_series / new_bool_var_series make, in their order (speed: the
+    # ids as a list once, no lookup of each bound by label)
+    id_list = ids.tolist()
+    replicas = pd.Series([model.new_int_var(0, int(u), f"replicas[{cid}]") for cid, u in zip(id_list, upper_arr)],
+                         index=ids, dtype=object)
+    use = pd.Series([model.new_bool_var(f"use[{cid}]") for cid in id_list], index=ids, dtype=object)
+    spare_index = ids[can_spare]
+    spare = pd.Series([model.new_bool_var(f"spare[{cid}]") for cid in spare_index.tolist()], index=spare_index,
+                      dtype=object)
     tvars = [model.new_int_var(0, int(min(q_of[w], (units_arr[j] * upper_arr[j]) // c)),
-                               f"traffic_units[{ids[j]},{w}]")
+                               f"traffic_units[{id_list[j]},{w}]")
              for j, w, c in zip(rows, pair_wl, coef_arr)]
     traffic = pd.Series(tvars, index=pairs, dtype=object)
     ys, uses = list(replicas), list(use)
@@ -252,7 +261,7 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
             suffix = "" if len(pools) == 1 else f",{pool}"
             model.add(cp_model.LinearExpr.sum(decoded) == cp_model.LinearExpr.sum(prefilled)).with_name(
                 f"pd_balance[{name}{suffix}]")
-    for j, cid in enumerate(ids):
+    for j, cid in enumerate(id_list):
         mine = by_candidate[j]
         mine_vars = [tvars[i] for i in mine]
         load = cp_model.LinearExpr.weighted_sum(mine_vars, [coefs[i] for i in mine])
@@ -271,8 +280,9 @@ def emit_model(instance: PlanningInstance, cands: pd.DataFrame, pruned: pd.Serie
         # A deployed candidate carries traffic: no idle deployments (never optimal; this
         # keeps the k-best alternatives meaningful).
         model.add(cp_model.LinearExpr.sum(mine_vars) >= used).with_name(f"use_serves[{cid}]")
+    gpus = cands["gpu"].to_numpy(object)
     for gpu, count in sorted(instance.inventory_gpus.items()):
-        mask = (cands["gpu"] == gpu).to_numpy()
+        mask = gpus == gpu
         if mask.any():
             model.add(cp_model.LinearExpr.weighted_sum([ys[j] for j in np.flatnonzero(mask)],
                                                        [int(g) for g in gpr[mask]])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from planner.dimensions import factorize_column
+from planner.optimize.codes import column_codes, group_codes, stable_order
 from planner.optimize.scaling import cost_units, to_fraction
 
 NO_CAPACITY = "<serves no workload>"
@@ -15,6 +17,9 @@ ROLES = ("both", "prefill", "decode")
 #: the KV dtype (the decode replica continues from the KV cache the prefill replica computed,
 #: with the same weights).
 POOL_KEY = ("model", "quantization", "kv_cache_dtype")
+#: Pairs of candidates times workload columns :func:`prune_dominated` compares at once
+#: (memory: a few booleans and integers each).
+PAIRS_COMPARED_AT_ONCE = 1 << 20
 #: Relative band around equality in which :func:`prune_replica_multiples` compares the
 #: capacities as exact rationals; outside it the float comparison decides (a float and the
 #: rational :func:`planner.optimize.scaling.to_fraction` reads from it differ by < 1e-16).
@@ -31,6 +36,10 @@ def candidate_roles(candidates: pd.DataFrame) -> np.ndarray:
 def candidate_pools(candidates: pd.DataFrame) -> np.ndarray:
     """The pool key (``POOL_KEY`` values joined by ``|``) of each prefill/decode candidate,
     ``""`` for aggregated ones: only replicas with the same key can hand a request over."""
+    combinations = _combinations(candidates)
+    if combinations is not None:
+        key, roles, values = combinations
+        return np.array(["" if r == "both" else "|".join(v) for r, v in zip(roles, values)], dtype=object)[key]
     roles = candidate_roles(candidates)
     cols = [c for c in POOL_KEY if c in candidates.columns]
     if not cols or (roles == "both").all():
@@ -65,6 +74,56 @@ def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
     pool key (``prefill@<key>``, ``decode@<key>``) for the others. Dominance compares only
     candidates of one block: a prefill or decode replica serves a request only with a
     partner of the other role in its pool."""
+    codes, labels = block_codes(candidates)
+    return labels[codes]
+
+
+def block_codes(candidates: pd.DataFrame, factorized: dict | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, labels)``: the :func:`candidate_blocks` label of each row is
+    ``labels[codes]``; ``labels`` (object array) holds each label present once.
+    ``factorized``: the columns' codes by name (:func:`column_codes`), shared with the caller.
+
+    Speed: the labels are made once per distinct combination of ``role`` and the
+    :data:`POOL_KEY` columns (:func:`_combinations`), not joined per row."""
+    if "role" not in candidates.columns:
+        return np.zeros(len(candidates), dtype=np.int64), np.array(["both"], dtype=object)
+    combinations = _combinations(candidates, factorized)
+    if combinations is None:
+        codes, labels = pd.factorize(_blocks_of_rows(candidates))
+        return codes, np.asarray(labels, dtype=object)
+    key, roles, values = combinations
+    codes, labels = pd.factorize(np.array(["both" if r == "both" else f"{r}@{'|'.join(v)}"
+                                           for r, v in zip(roles, values)], dtype=object))
+    return codes[key], np.asarray(labels, dtype=object)
+
+
+def _combinations(candidates: pd.DataFrame, factorized: dict | None = None) -> tuple | None:
+    """``(codes, roles, values)``: per row the code of its combination of ``role`` and the
+    :data:`POOL_KEY` columns present, and per combination its role (a missing one is
+    ``both``) and its pool values, for the labels of :func:`candidate_pools` and
+    :func:`candidate_blocks` made once per combination. None (then they are joined row by
+    row) without a role column, with a role or pool column not of a string dtype, or with
+    a missing pool value."""
+    columns = [c for c in ("role", *POOL_KEY) if c in candidates.columns]
+    if "role" not in columns or not all(isinstance(candidates[c].dtype, pd.StringDtype) for c in columns):
+        return None
+    factorized = {} if factorized is None else factorized
+    parts = [column_codes(candidates, c, factorized) for c in columns]
+    if any((codes < 0).any() for codes, _ in parts[1:]):
+        return None
+    key = np.zeros(len(candidates), dtype=np.int64)
+    for codes, uniques in parts:      # a missing role (code -1) is ``both``: its own code 0
+        key, _ = pd.factorize(key * (len(uniques) + 1) + codes + 1)
+    # each combination's first row (codes are numbered in order of first appearance)
+    first = np.flatnonzero(key > np.maximum.accumulate(np.r_[-1, key[:-1]]))
+    (role_codes, role_values), pool_parts = parts[0], parts[1:]
+    roles = ["both" if role_codes[f] < 0 else role_values[role_codes[f]] for f in first]
+    values = [[uniques[codes[f]] for codes, uniques in pool_parts] for f in first]
+    return key, roles, values
+
+
+def _blocks_of_rows(candidates: pd.DataFrame) -> np.ndarray:
+    """:func:`candidate_blocks` joined row by row."""
     roles = candidate_roles(candidates)
     both = roles == "both"
     if both.all():   # aggregated candidates only: no per-row string concatenation
@@ -72,21 +131,22 @@ def candidate_blocks(candidates: pd.DataFrame) -> np.ndarray:
     return np.where(both, "both", _joined([roles, candidate_pools(candidates)], "@"))
 
 
-def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFrame:
+def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame, present=None) -> pd.DataFrame:
     """The capacities with one block of workload columns per :func:`candidate_blocks` label
     present: a candidate's capacities sit in its own block, zeros elsewhere, so dominance on
     these columns never lets a candidate replace one of another role or pool. Without
-    roles other than ``both``: the capacities themselves."""
+    roles other than ``both``: the capacities themselves. ``present``: the labels to make
+    blocks for (default: those of ``blocks``; given, the columns of some rows of a larger
+    table are that table's)."""
     # the labels compared once, not per row
     codes, labels = pd.factorize(np.asarray(blocks, dtype=object), use_na_sentinel=False)
-    code_of = dict(zip(labels, range(len(labels))))
-    present = sorted(code_of, key=lambda b: (b != "both", b))
+    present = sorted(labels if present is None else set(present), key=lambda b: (b != "both", b))
     if present == ["both"] or not present:
         return capacity_per_s
     cap = capacity_per_s.to_numpy(float)
     width = cap.shape[1]
-    at = np.empty(len(labels), dtype=np.int64)               # a label's block position
-    at[[code_of[b] for b in present]] = np.arange(len(present))
+    position = {b: i for i, b in enumerate(present)}
+    at = np.array([position[b] for b in labels], dtype=np.int64)      # a label's block position
     out = np.zeros((len(cap), len(present) * width))
     # each row's capacities into its block's columns (zeros elsewhere)
     out[np.arange(len(cap))[:, None], at[codes][:, None] * width + np.arange(width)] = cap
@@ -94,7 +154,8 @@ def role_blocks(blocks: np.ndarray, capacity_per_s: pd.DataFrame) -> pd.DataFram
     return pd.DataFrame(out, index=capacity_per_s.index, columns=columns)
 
 
-def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, block: int = 256) -> pd.Series:
+def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
+                    block: int = PAIRS_COMPARED_AT_ONCE, blocks: np.ndarray | None = None) -> pd.Series:
     """Find candidates that can be removed without changing the optimum.
 
     Parameters
@@ -104,9 +165,14 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, bloc
         ``usd_per_replica_hour``.
     capacity_per_s : pandas.DataFrame
         Same index and order, one column per workload [1/s].
-    block : int, default 256
-        Candidates compared with their GPU type's others at once (memory: block x group x
-        workloads booleans).
+    block : int, default :data:`PAIRS_COMPARED_AT_ONCE`
+        Pairs of candidates (of one GPU type) times workload columns compared at once
+        (memory: a few booleans and integers each; at least one candidate's pairs).
+    blocks : numpy.ndarray, optional
+        Integer codes of the candidates' :func:`candidate_blocks` labels when
+        ``capacity_per_s`` are their :func:`role_blocks` capacities: then a candidate that
+        serves something is only dominated within its block, and only the pairs of one GPU
+        type and block are compared (speed).
 
     Returns
     -------
@@ -123,28 +189,42 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, bloc
     constraint: loads, N+1 spares (the spare of a merged deployment survives the
     merge), GPUs of that type, budget and the count of distinct configurations do not
     grow, and the cost does not rise. The relation is a strict partial order, so every
-    pruned candidate has a kept dominator.
+    pruned candidate has a kept dominator: of j's dominators the first, by larger
+    capacity sum, fewer GPUs, lower price, then position, that no candidate dominates (a
+    candidate dominating one of j's dominators dominates j too).
     """
     cap = capacity_per_s.to_numpy(float)
-    gpr = candidates["gpus_per_replica"].to_numpy(float)
-    price = candidates["usd_per_replica_hour"].to_numpy(float)
     ids = candidates.index.to_numpy()
-    dominated_by: dict[str, str] = {}
     useless = ~(cap > 0).any(axis=1)
-    for gpu, rows in candidates.groupby("gpu", sort=True).indices.items():
-        rows = np.sort(rows[~useless[rows]])
-        c, g, p = cap[rows], gpr[rows], price[rows]
-        for start in range(0, len(rows), block):   # [pos, i]: row i dominates row pos
-            at = np.arange(start, min(start + block, len(rows)))
-            weak = ((c[None, :, :] >= c[at, None, :]).all(axis=2) & (g[None, :] <= g[at, None])
-                    & (p[None, :] <= p[at, None]))
-            strict = ((c[None, :, :] > c[at, None, :]).any(axis=2) | (g[None, :] < g[at, None])
-                      | (p[None, :] < p[at, None]))
-            earlier = np.arange(len(rows))[None, :] < at[:, None]
-            dominators = weak & (strict | earlier)
-            dominators[np.arange(len(at)), at] = False
-            for pos, mask in zip(at[dominators.any(axis=1)], dominators[dominators.any(axis=1)]):
-                dominated_by[ids[rows[pos]]] = _kept_dominator(rows[mask], c[mask], g[mask], p[mask], ids)
+    gpu = factorize_column(candidates["gpu"])
+    groups = group_codes([gpu] if blocks is None else [gpu, pd.factorize(blocks)])
+    rows = np.flatnonzero(~useless)
+    rows = rows[stable_order(groups[rows])]    # by group; a group's rows in position order
+    c = cap[rows]
+    total = c.sum(axis=1)
+    g = candidates["gpus_per_replica"].to_numpy(float)[rows]
+    p = candidates["usd_per_replica_hour"].to_numpy(float)[rows]
+    pairs = _GroupPairs(groups[rows], max(int(block) // max(c.shape[1], 1), 1))
+
+    def dominates(e, k):        # per pair: row k dominates row e
+        weak = (c[k] >= c[e]).all(axis=1) & (g[k] <= g[e]) & (p[k] <= p[e])
+        strict = (c[k] > c[e]).any(axis=1) | (g[k] < g[e]) | (p[k] < p[e]) | (rows[k] < rows[e])
+        return weak & strict & (k != e)
+
+    dominated = np.zeros(len(rows), dtype=bool)
+    for e, k in pairs.of(np.arange(len(rows))):
+        dominated[e[dominates(e, k)]] = True
+    rank = np.empty(len(rows), dtype=np.int64)
+    by_rank = np.lexsort((rows, p, g, -total))
+    rank[by_rank] = np.arange(len(rows))
+    chosen = np.full(len(rows), len(rows))            # of the dominated rows: the least rank of a kept dominator
+    for e, k in pairs.of(np.flatnonzero(dominated)):
+        kept = dominates(e, k) & ~dominated[k]
+        np.minimum.at(chosen, e[kept], rank[k[kept]])
+    at = np.flatnonzero(dominated)
+    if (chosen[at] == len(rows)).any():
+        raise AssertionError("a dominated row without a kept dominator")   # a strict partial order
+    dominated_by = dict(zip(ids[rows[at]].tolist(), map(str, ids[rows[by_rank[chosen[at]]]])))
     for j in np.flatnonzero(useless):
         dominated_by[ids[j]] = NO_CAPACITY
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
@@ -152,25 +232,39 @@ def prune_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame, bloc
     return pruned.sort_index()
 
 
-def _kept_dominator(rows, cap, gpr, price, ids) -> str:
-    """The maximal element among the dominators (none of them dominates it)."""
-    order = np.lexsort((rows, price, gpr, -cap.sum(axis=1)))
-    for pos in order:
-        beaten = ((cap >= cap[pos]).all(axis=1) & (gpr <= gpr[pos]) & (price <= price[pos])
-                  & ((cap > cap[pos]).any(axis=1) | (gpr < gpr[pos]) | (price < price[pos])
-                     | (rows < rows[pos])))
-        beaten[pos] = False
-        if not beaten.any():
-            return str(ids[rows[pos]])
-    return str(ids[rows[order[0]]])  # unreachable for a strict partial order
+class _GroupPairs:
+    """The pairs (e, k) of rows of one group, from rows numbered by group (``groups``
+    sorted), in batches of about ``per_batch`` pairs (at least one row's)."""
+
+    def __init__(self, groups: np.ndarray, per_batch: int):
+        starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]]) if len(groups) else np.zeros(0, np.int64)
+        sizes = np.diff(np.r_[starts, len(groups)])
+        self.first = np.repeat(starts, sizes)         # per row: its group's first row and size
+        self.size = np.repeat(sizes, sizes)
+        self.per_batch = per_batch
+
+    def of(self, e_rows: np.ndarray):
+        """Batches ``(e, k)``: every row k of the group of each row of ``e_rows``."""
+        counts = self.size[e_rows]
+        ends = np.cumsum(counts)
+        start = 0
+        while start < len(e_rows):
+            stop = max(start + 1, int(np.searchsorted(ends, ends[start] - counts[start] + self.per_batch,
+                                                      side="right")))
+            rows, n = e_rows[start:stop], counts[start:stop]
+            offset = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+            yield np.repeat(rows, n), np.repeat(self.first[rows], n) + offset
+            start = stop
 
 
-def _kept_dominators(dominates: np.ndarray, rows: np.ndarray, gpu, cap, gpr, price) -> np.ndarray:
-    """:func:`_kept_dominator` of each row i of ``dominates`` ([i, j]: ``rows[j]`` weakly
-    dominates i, same GPU type; every i has one) at once: the first of i's dominators, in
-    its order, that no other row of ``rows`` beats. A row beating a dominator of i dominates
-    i too (weak dominance on one GPU type is transitive), so that is the first of i's
-    dominators beaten by none of them, as :func:`_kept_dominator` picks."""
+def _unbeaten_ranks(rows: np.ndarray, gpu, cap, gpr, price) -> np.ndarray:
+    """Of the kept dominator among ``rows`` (one pool's rows of one role): each row's rank in
+    the order of :func:`prune_dominated` (larger capacity sum, fewer GPUs, lower price,
+    position), ``len(rows)`` for a row that another row of ``rows`` beats. The kept
+    dominator of a row i is the first of its dominators in ``rows`` that no row beats (a
+    row beating a dominator of i dominates i too: weak dominance on one GPU type is
+    transitive), so the first of i's dominators beaten by none of them: the least of their
+    ranks here."""
     c, g, p, t = cap[rows], gpr[rows], price[rows], gpu[rows]
     weak = ((c[:, None, :] >= c[None, :, :]).all(axis=2) & (g[:, None] <= g[None, :])
             & (p[:, None] <= p[None, :]) & (t[:, None] == t[None, :]))   # [k, e]: k weakly dominates e
@@ -180,10 +274,7 @@ def _kept_dominators(dominates: np.ndarray, rows: np.ndarray, gpu, cap, gpr, pri
     beats[np.diag_indices(len(rows))] = False
     rank = np.empty(len(rows), dtype=np.int64)
     rank[np.lexsort((rows, p, g, -c.sum(axis=1)))] = np.arange(len(rows))
-    candidates = dominates & ~beats.any(axis=0)[None, :]
-    if not candidates.any(axis=1).all():
-        raise AssertionError("a covered row without a kept dominator")   # strict partial order
-    return rows[np.where(candidates, rank[None, :], len(rows)).argmin(axis=1)]
+    return np.where(beats.any(axis=0), len(rows), rank)
 
 
 def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame) -> pd.Series:
@@ -233,23 +324,24 @@ def prune_replica_multiples(candidates: pd.DataFrame, capacity_per_s: pd.DataFra
         return fractions[row]
 
     rows = np.flatnonzero(roles != "both")
-    for _, group in pd.Series(rows).groupby([blocks[rows], gpu[rows]], sort=True):
-        g = group.to_numpy()
-        # [j, i]: m of i replacing j (0 unless G_i < G_j), then the float screen of the
-        # capacities; the exact check only on the pairs that pass it
-        smaller = gpr[g][None, :] < gpr[g][:, None]
-        m = np.minimum(gpr[g][:, None] // np.maximum(gpr[g][None, :], 1),
-                       price[g][:, None] // np.maximum(price[g][None, :], 1))
-        m = np.where(smaller & (price[g][None, :] > 0), m, 0)     # (a free i: m undefined, 0 as before)
-        scaled = m[:, :, None] * cap[g][None, :, :]
-        screen = (m >= 2) & (scaled >= cap[g][:, None, :] * (1 - _FLOAT_SCREEN)).all(axis=2)
+    groups = group_codes([pd.factorize(blocks[rows]), pd.factorize(gpu[rows])])   # block and GPU type
+    rows = rows[stable_order(groups)]
+    normal = (cap == 0) | (cap >= np.finfo(float).tiny)      # relative rounding bounds hold
+    per_batch = max(PAIRS_COMPARED_AT_ONCE // max(cap.shape[1], 1), 1)
+    for a, b in _GroupPairs(np.sort(groups), per_batch).of(np.arange(len(rows))):
+        # per pair (j, i): m of i replacing j (0 unless G_i < G_j), then the float screen of
+        # the capacities; the exact check only on the pairs that pass it
+        j, i = rows[a], rows[b]
+        m = np.minimum(gpr[j] // np.maximum(gpr[i], 1), price[j] // np.maximum(price[i], 1))
+        m = np.where((gpr[i] < gpr[j]) & (price[i] > 0), m, 0)     # (a free i: m undefined, 0 as before)
+        scaled = m[:, None] * cap[i]
+        screen = (m >= 2) & (scaled >= cap[j] * (1 - _FLOAT_SCREEN)).all(axis=1)
         # clear of the screen's band the floats decide (the rationals are within 1e-16 of them)
-        normal = (cap[g] == 0) | (cap[g] >= np.finfo(float).tiny)      # relative rounding bounds hold
-        sure = ((scaled >= cap[g][:, None, :] * (1 + _FLOAT_SCREEN)) & normal[:, None, :]).all(axis=2)
-        for a, b in zip(*np.nonzero(screen)):
-            j, i, mult = int(g[a]), int(g[b]), int(m[a, b])
-            if sure[a, b] or all(mult * x >= y for x, y in zip(exact(i), exact(j))):
-                by.setdefault(j, []).append(i)
+        sure = ((scaled >= cap[j] * (1 + _FLOAT_SCREEN)) & normal[j]).all(axis=1)
+        for at in np.flatnonzero(screen):
+            jj, ii, mult = int(j[at]), int(i[at]), int(m[at])
+            if sure[at] or all(mult * x >= y for x, y in zip(exact(ii), exact(jj))):
+                by.setdefault(jj, []).append(ii)
     pruned = pd.Series({str(ids[j]): str(ids[min(i for i in dominators if i not in by)])
                         for j, dominators in by.items()}, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
@@ -293,8 +385,7 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
     roles, pools = candidate_roles(candidates), candidate_pools(candidates)
     ids = candidates.index.to_numpy()
     keys = sorted(set(pools[roles != "both"]))
-    members = {(key, role): np.flatnonzero((pools == key) & (roles == role))
-               for key in keys for role in ("prefill", "decode")}
+    members = _members(pools, roles, keys)
     dominated_by: dict[str, str] = {}
     live = []
     for key in keys:
@@ -315,166 +406,67 @@ def prune_dominated_pools(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame
                 & (price[rows_b][None, :] <= price[rows_a][:, None])
                 & (cap[rows_b][None, :, :] >= cap[rows_a][:, None, :]).all(axis=2))
 
+    def weak_pairs(rows_b, rows_a) -> np.ndarray:
+        """Per pair: candidate rows_b[i] weakly dominates rows_a[i] (of one GPU type)."""
+        return ((gpr[rows_b] <= gpr[rows_a]) & (price[rows_b] <= price[rows_a])
+                & (cap[rows_b] >= cap[rows_a]).all(axis=1))
+
     covered = np.ones((len(live), len(live)), dtype=bool)   # [a, b]: pool b covers pool a
     for role in ("prefill", "decode"):
-        covered &= _pools_covered([members[key, role] for key in live], weak)
+        covered &= _pools_covered([members[key, role] for key in live], weak_pairs, gpu,
+                                  max(PAIRS_COMPARED_AT_ONCE // max(cap.shape[1], 1), 1))
     covered[np.diag_indices(len(live))] = False
     # live is sorted: b < a as strings is position b < position a
     earlier = np.arange(len(live))[None, :] < np.arange(len(live))[:, None]
     beats = covered & (~covered.T | earlier)                 # [a, b]: pool b beats pool a
     beats = {(live[b], live[a]) for a, b in zip(*np.nonzero(beats))}
     dropped = {a for b, a in beats}
+    ranks: dict = {}         # (kept pool, role): _unbeaten_ranks of its rows, once
     for a in sorted(dropped):
         b = next(b for b in live if b not in dropped and (b, a) in beats)
         for role in ("prefill", "decode"):
             rows_a, rows_b = members[a, role], members[b, role]
-            for i, k in zip(rows_a, _kept_dominators(weak(rows_b, rows_a), rows_b, gpu, cap, gpr, price)):
-                dominated_by[str(ids[i])] = str(ids[k])
+            if (b, role) not in ranks:
+                ranks[b, role] = _unbeaten_ranks(rows_b, gpu, cap, gpr, price)
+            chosen = np.where(weak(rows_b, rows_a), ranks[b, role][None, :], len(rows_b))
+            if (chosen.min(axis=1, initial=len(rows_b)) == len(rows_b)).any():
+                raise AssertionError("a covered row without a kept dominator")   # strict partial order
+            dominated_by.update(zip(map(str, ids[rows_a]), map(str, ids[rows_b[chosen.argmin(axis=1)]])))
     pruned = pd.Series(dominated_by, dtype=object, name="dominated_by")
     pruned.index.name = "candidate_id"
     return pruned.sort_index()
 
 
-def _pools_covered(pools: list[np.ndarray], weak, block: int = 256) -> np.ndarray:
+def _members(pools: np.ndarray, roles: np.ndarray, keys: list) -> dict:
+    """Of :func:`prune_dominated_pools`: ``{(key, role): positions}`` of the prefill and decode
+    rows of each pool key of ``keys``, in position order (one stable sort, not a comparison
+    of every row per pool and role)."""
+    codes, uniques = pd.factorize(pools)
+    at_key = {k: i for i, k in enumerate(keys)}
+    key_of = np.array([at_key.get(u, -1) for u in uniques], dtype=np.int64)[codes] if len(codes) else codes
+    side = np.where(roles == "prefill", 0, np.where(roles == "decode", 1, -1))
+    slot = np.where((key_of >= 0) & (side >= 0), 2 * key_of + side, -1)
+    order = np.argsort(slot, kind="stable")
+    order = order[slot[order] >= 0]
+    parts = np.split(order, np.cumsum(np.bincount(slot[order], minlength=2 * len(keys)))[:-1])
+    return {(key, role): parts[2 * i + s] for i, key in enumerate(keys) for s, role in enumerate(("prefill", "decode"))}
+
+
+def _pools_covered(pools: list[np.ndarray], weak_pairs, gpu: np.ndarray, per_batch: int) -> np.ndarray:
     """Of :func:`prune_dominated_pools`, for one role: [a, b] true when every candidate of
     ``pools[a]`` (rows, each pool non-empty) has a weak dominator in ``pools[b]``. One pass
-    over the role's rows in blocks (``weak(columns, rows)`` per block of rows), instead of
-    one per pair of pools."""
+    over the pairs of the role's rows of one GPU type (``gpu``: integer codes per row;
+    ``weak_pairs(dominators, rows)`` per pair), in batches of about ``per_batch`` pairs,
+    instead of one per pair of pools."""
     if not pools:
         return np.zeros((0, 0), dtype=bool)
     rows = np.concatenate(pools)
-    starts = np.cumsum([0] + [len(p) for p in pools[:-1]])
-    has = np.empty((len(rows), len(pools)), dtype=bool)      # [i, b]: some row of pool b dominates i
-    for start in range(0, len(rows), block):
-        some = weak(rows, rows[start:start + block])
-        has[start:start + block] = np.logical_or.reduceat(some, starts, axis=1)
-    return np.logical_and.reduceat(has, starts, axis=0)
-
-
-def prefilter_dominated(candidates: pd.DataFrame, capacity_per_s: pd.DataFrame,
-                        limited_gpus=frozenset(), blocks: np.ndarray | None = None) -> np.ndarray:
-    """Positions of the candidates worth giving to the model (fast, vectorized, exact).
-
-    Two passes over possibly hundreds of thousands of candidates, before the quadratic
-    :func:`prune_dominated` sees the survivors: (1) within a group of the same GPU type,
-    GPUs per replica, price (and model, when given; and :func:`candidate_blocks` label, when
-    there are prefill/decode candidates), keep the capacity maxima; (2) across
-    GPU types without an inventory limit, drop a candidate another one beats on price and
-    on every workload's capacity. Neither removes a candidate some optimal plan needs.
-
-    Parameters
-    ----------
-    candidates : pandas.DataFrame
-        Columns ``gpu``, ``gpus`` (or ``gpus_per_replica``), ``usd_per_replica_hour`` and
-        optionally ``model``.
-    capacity_per_s : pandas.DataFrame
-        Same rows, one column per workload [1/s].
-    limited_gpus : set of str
-        GPU types with an inventory limit (excluded from the cross-type pass).
-    blocks : numpy.ndarray, optional
-        :func:`candidate_blocks` of ``candidates``, when the caller has it.
-    """
-    gpus = "gpus" if "gpus" in candidates.columns else "gpus_per_replica"
-    group_cols = [c for c in ("gpu", gpus, "usd_per_replica_hour", "model") if c in candidates.columns]
-    groups = candidates[group_cols]
-    blocks = candidate_blocks(candidates) if blocks is None else blocks
-    if (blocks != "both").any():
-        # role_blocks capacities: a row with capacity is only dominated within its own block;
-        # a group per block keeps the pairwise pass to the block's own columns
-        groups = groups.assign(block=blocks)
-    first = _capacity_maxima(groups, capacity_per_s)
-    second = ~_cheaper_elsewhere(candidates.iloc[first], capacity_per_s.iloc[first], set(limited_gpus))
-    return first[second]
-
-
-def _capacity_maxima(groups: pd.DataFrame, capacity: pd.DataFrame, block: int = 512) -> np.ndarray:
-    """Positions of the rows not weakly dominated in capacity within their group.
-
-    Rows of one group (same GPU type, GPUs per replica and price) whose capacity vector
-    another row of the group matches or beats on every workload can never be needed by a
-    minimum-cost plan (of exact duplicates the first row stays). This vectorized
-    pre-filter leaves the optimizer's own pruning only the few maxima.
-    """
-    cap = capacity.to_numpy(float)
-    codes = groups.groupby(list(groups.columns), sort=False).ngroup().to_numpy()
-    keep = np.zeros(len(cap), dtype=bool)
-    # the groups' rows by one stable sort (each group's rows in position order, as
-    # np.flatnonzero(codes == code) gives them, without a pass over all rows per group)
-    by_code = np.argsort(codes, kind="stable")
-    starts = np.flatnonzero(np.r_[True, codes[by_code][1:] != codes[by_code][:-1]])
-    sizes = np.diff(np.r_[starts, len(codes)])
-    simple = _keep_group_maxima(cap, by_code, starts, sizes, keep)
-    for start, size in zip(starts[~simple], sizes[~simple]):
-        rows = by_code[start:start + size]
-        c = cap[rows]
-        live = c.any(axis=0)
-        c = c[:, live]
-        # rank: larger total first, ties by position; a row can only be dominated by an
-        # earlier one in this order.
-        order = np.lexsort((rows, -c.sum(axis=1)))
-        c = c[order]
-        if c.shape[1] <= 1:
-            keep[rows[order[0]]] = True
-            continue
-        if c.shape[1] == 2:  # sweep: sorted by the first dimension, keep new maxima of the second
-            order2 = np.lexsort((np.arange(len(c)), -c[:, 1], -c[:, 0]))
-            second = c[order2, 1]
-            best_before = np.concatenate([[-np.inf], np.maximum.accumulate(second)[:-1]])
-            keep[rows[order[order2[second > best_before]]]] = True
-            continue
-        dominated = np.zeros(len(rows), dtype=bool)
-        for start in range(0, len(rows), block):
-            stop = min(start + block, len(rows))
-            ge = (c[None, :, :] >= c[start:stop, None, :]).all(axis=2)   # [i, j]: j >= i
-            earlier = np.arange(len(rows))[None, :] < np.arange(start, stop)[:, None]
-            dominated[start:stop] = (ge & earlier).any(axis=1)
-        keep[rows[order[~dominated]]] = True
-    return np.flatnonzero(keep)
-
-
-def _keep_group_maxima(cap: np.ndarray, by_code: np.ndarray, starts: np.ndarray, sizes: np.ndarray,
-                       keep: np.ndarray) -> np.ndarray:
-    """Of :func:`_capacity_maxima`: the groups with finite capacities and at most one column
-    any of their rows serves (a role's block, one workload; or none), all at once: each
-    keeps its row of largest capacity (ties: the first position), as the per-group ranking
-    keeps ``order[0]``. Marks them in ``keep``; returns which groups (in ``starts`` order)
-    were handled."""
-    if not len(starts):
-        return np.zeros(0, dtype=bool)
-    sorted_cap = cap[by_code]
-    served = np.logical_or.reduceat(sorted_cap != 0, starts, axis=0).sum(axis=1)   # NaN counts, as any()
-    finite = np.logical_and.reduceat(np.isfinite(sorted_cap).all(axis=1), starts)
-    simple = (served <= 1) & finite
-    group = np.repeat(np.arange(len(starts)), sizes)
-    at = np.flatnonzero(simple[group])
-    # the one served column's value is the row's sum (the other columns are zeros)
-    order = at[np.lexsort((by_code[at], -sorted_cap[at].sum(axis=1), group[at]))]
-    first = np.r_[True, group[order][1:] != group[order][:-1]] if len(order) else np.zeros(0, dtype=bool)
-    keep[by_code[order[first]]] = True
-    return simple
-
-
-def _cheaper_elsewhere(rows: pd.DataFrame, capacity: pd.DataFrame, limited_gpus: set, block: int = 256) -> np.ndarray:
-    """Rows some other row beats on price and on every capacity, across GPU types.
-
-    Only GPU types without an inventory limit compete this way (with a limit, a costlier
-    candidate of another type may be needed); j is dropped when some i costs no more per
-    replica and carries at least as much of every workload (ties: the first id stays).
-    Replacing j's replicas by i's keeps loads, budget, N+1 and distinct-config limits.
-    """
-    free = ~rows["gpu"].isin(limited_gpus).to_numpy()
-    cap = capacity.to_numpy(float)
-    price = rows["usd_per_replica_hour"].to_numpy(float)
-    dims = np.column_stack([cap, -price])
-    idx = np.flatnonzero(free)
-    order = idx[np.lexsort((idx, price[idx], -cap[idx].sum(axis=1)))]
-    d = dims[order]
-    dropped = np.zeros(len(rows), dtype=bool)
-    for start in range(0, len(order), block):
-        stop = min(start + block, len(order))
-        ge = (d[None, :, :] >= d[start:stop, None, :]).all(axis=2)
-        earlier = np.arange(len(order))[None, :] < np.arange(start, stop)[:, None]
-        dropped[order[start:stop]] = (ge & earlier).any(axis=1)
-    return dropped
-
-
+    sizes = [len(p) for p in pools]
+    pool = np.repeat(np.arange(len(pools)), sizes)
+    order = np.argsort(gpu[rows], kind="stable")          # by GPU type: only those pairs compare
+    has = np.zeros((len(rows), len(pools)), dtype=bool)    # [i, b]: some row of pool b dominates i
+    for e, k in _GroupPairs(gpu[rows][order], per_batch).of(np.arange(len(rows))):
+        i, j = order[e], order[k]
+        ok = weak_pairs(rows[j], rows[i])
+        has[i[ok], pool[j[ok]]] = True
+    return np.logical_and.reduceat(has, np.cumsum([0] + sizes[:-1]), axis=0)

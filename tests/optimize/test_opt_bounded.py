@@ -172,3 +172,62 @@ def test_an_infeasible_restriction_grows_to_every_usable_candidate(monkeypatch):
     assert _plan_tables(mine) == _plan_tables(whole)
     assert [sorted(ids) for ids, _ in made] == [["cheap", "mid"], ["big", "cheap", "mid"]]
     assert [f.plan.deployments["candidate_id"].tolist() for f in mine] == [["big"]]
+
+
+def _cheap_mid_big_rankings(monkeypatch, big_bound_usd: float, before=None) -> tuple:
+    """(whole model's plans, bounded search's plans, its restrictions) of cheap ($1/h, 2 req/s),
+    mid ($2/h, 3 req/s) and big ($5/h, 10 req/s) serving 6 req/s, with LP bounds 0 for cheap
+    and mid and ``big_bound_usd`` for big; ``before()`` runs just before the bounded search."""
+    ids = pd.Index(["big", "cheap", "mid"], name="candidate_id")
+    cands = pd.DataFrame({"gpu": ["g3", "g1", "g2"], "gpus_per_replica": [1, 1, 1],
+                          "usd_per_replica_hour": [5.0, 1.0, 2.0]}, index=ids)
+    capacity = pd.DataFrame({"chat": [10.0, 2.0, 3.0]}, index=ids)
+    inst = PlanningInstance(cands, capacity, pd.Series({"chat": 6.0}))
+    monkeypatch.setattr(alternatives, "split_model", lambda built: None)
+    whole = plan_alternatives(inst, 2, FAST, face_limit=1, built=build_model(inst, emit=False, prune=False))
+    _restrict_tiny_models(monkeypatch, 0.0)
+    bounds = np.array([big_bound_usd * 1e6, 0.0, 0.0])
+    monkeypatch.setattr(bounded, "candidate_lower_bounds", lambda built: bounds)
+    made = _record_restrictions(monkeypatch)
+    if before is not None:
+        before()
+    mine = plan_alternatives(inst, 2, FAST, face_limit=1, built=build_model(inst, emit=False, prune=False))
+    assert _plan_tables(mine) == _plan_tables(whole)
+    return whole, mine, made
+
+
+def test_a_threshold_that_keeps_no_more_candidates_solves_nothing_again(monkeypatch):
+    """Cheap x 3 ($3/h) is the optimum; with big's bound at $4/h (valid: big alone costs $5/h),
+    the first restriction (threshold 0) keeps cheap and mid, and its optimum at $3/h lies
+    above the threshold. Raised to $3/h, the threshold keeps the same two candidates: the plan
+    is exact as it stands, with the solves of the whole model's first plan. The second plan
+    (mid x 2, $4/h) raises it to $4/h, which keeps big too: solved again."""
+    whole, mine, made = _cheap_mid_big_rankings(monkeypatch, 4.0)
+    assert [f.plan.deployments["candidate_id"].tolist() for f in mine][:2] == [["cheap"], ["mid"]]
+    assert [f.plan.usd_per_hour for f in mine][:2] == [3.0, 4.0]
+    assert [sorted(ids) for ids, _ in made] == [["cheap", "mid"], ["big", "cheap", "mid"]]
+    first = [f.result.solver_params["num_solves"] for f in (whole[0], mine[0])]
+    assert first[0] == first[1]
+    assert mine[1].result.solver_params["num_solves"] > whole[1].result.solver_params["num_solves"]
+
+
+def test_a_plan_solved_again_on_a_larger_restriction_runs_nothing_beside(monkeypatch):
+    """As above with big's bound at $2/h: the first plan ($3/h, from cheap and mid) raises the
+    threshold to $3/h, which keeps big, so that step is solved again on all three; its
+    restricted search looks nothing ahead for it (the loaded model's cost solve, run beside
+    the first plan's proof, would be of the restriction that is dropped)."""
+    from planner.optimize import nextplan
+
+    ahead: list = []
+    real = nextplan.WholeModelSearch._loaded_ahead
+
+    def recording(self, support):
+        ahead.append(sorted(self.built.replicas.index))
+        real(self, support)
+
+    whole, mine, made = _cheap_mid_big_rankings(
+        monkeypatch, 2.0, lambda: monkeypatch.setattr(nextplan.WholeModelSearch, "_loaded_ahead", recording))
+    assert [sorted(ids) for ids, _ in made] == [["cheap", "mid"], ["big", "cheap", "mid"]]
+    assert ahead in ([], [["big", "cheap", "mid"]])       # beside only with a second CPU
+    # the first plan counts the solves of the dropped step too
+    assert mine[0].result.solver_params["num_solves"] > whole[0].result.solver_params["num_solves"]

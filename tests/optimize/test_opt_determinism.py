@@ -109,3 +109,21 @@ def test_small_models_are_solved_by_one_worker_and_large_ones_by_at_most_the_cpu
     assert solving_options(SolverOptions(num_workers=1), 10**6).num_workers == 1
     result, _ = solve(tie_instance(), options)
     assert result.solver_params["num_workers"] == 8           # the configured count is reported
+
+
+@pytest.mark.parametrize("make", [tie_instance, melange_instance, lambda: random_instance(6)])
+def test_solver_settings_change_the_time_only(make, monkeypatch):
+    # every solve runs with the planner's presolve, probing and cut settings; CP-SAT's own
+    # defaults (3 presolve rounds, probing level 2, cut level 1) give the same canonical plan
+    from planner.optimize import tiebreak
+
+    assert tiebreak.new_solver(FAST, 1.0).parameters.cut_level == tiebreak.CUT_LEVEL
+    inst = make()
+    tuned_result, tuned = solve(inst, FAST)
+    for name, default in (("PRESOLVE_ITERATIONS", 3), ("PROBING_LEVEL", 2), ("CUT_LEVEL", 1)):
+        monkeypatch.setattr(tiebreak, name, default)
+    assert tiebreak.new_solver(FAST, 1.0).parameters.cut_level == 1
+    default_result, default = solve(inst, FAST)
+    assert tuned_result.status == default_result.status == SolveStatus.OPTIMAL
+    assert tuned_result.solver_params["proven_unique"] and default_result.solver_params["proven_unique"]
+    _same(tuned, default)

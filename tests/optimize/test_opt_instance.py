@@ -85,3 +85,21 @@ def test_candidate_ids_need_not_be_sorted_and_extra_columns_pass_through():
     assert notes == {"a100-x1": "x", "a10g-x1": "y"}
     assert isinstance(plan.routing, pd.DataFrame) and list(plan.routing.columns) == [
         "candidate_id", "workload", "rate_per_s"]
+
+
+def test_validation_of_string_dtype_ids_and_gpus():
+    """The vectorized checks of string-dtype ids and GPU types (and integer GPU counts) find
+    what the value-by-value ones find; a capacity table in another row order is accepted."""
+    inst = melange_instance()
+    cands = inst.candidates.astype({"gpu": "str"}).set_axis(inst.candidates.index.astype("str"))
+    cap = inst.capacity_per_s.set_axis(cands.index)
+    PlanningInstance(cands, cap.iloc[::-1], inst.rate_per_s)          # valid, rows in another order
+    renamed = cands.index.tolist()
+    renamed[0] = ""
+    gpus = cands["gpu"].copy()
+    gpus.iloc[1] = None
+    with pytest.raises(PlanningInputError) as err:
+        PlanningInstance(cands.assign(gpu=gpus, gpus_per_replica=0).set_axis(pd.Index(renamed, dtype="str")),
+                         cap.set_axis(pd.Index(renamed, dtype="str")), inst.rate_per_s)
+    assert sorted(p.split(":")[0] for p in err.value.problems) == [
+        "candidates.gpu", "candidates.gpus_per_replica", "candidates.index"]

@@ -163,7 +163,7 @@ def test_random_sized_cases_actually_prune_multiples():
 
 def _maxima_by_hand(codes, cap):
     """Rows no other row of their group matches or beats on every workload (of equal rows
-    the first): the pairwise definition of :func:`planner.optimize.prune._capacity_maxima`."""
+    the first): the pairwise definition of :func:`planner.optimize.prefilter._capacity_maxima`."""
     keep = []
     for j in range(len(cap)):
         same = [i for i in range(len(cap)) if codes[i] == codes[j] and i != j]
@@ -174,7 +174,8 @@ def _maxima_by_hand(codes, cap):
 
 @pytest.mark.parametrize("workloads,blocks", [(1, False), (2, False), (3, False), (3, True), (4, True)])
 def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
-    from planner.optimize.prune import _capacity_maxima
+    from planner.optimize.prefilter import _capacity_maxima
+    from planner.optimize.codes import group_codes
 
     rng = np.random.default_rng(workloads)
     n = 300
@@ -183,21 +184,53 @@ def test_capacity_maxima_are_the_pairwise_ones(workloads, blocks):
     if blocks:   # role_blocks-like: most groups serve one column (or none), a few several
         cap *= (np.arange(workloads)[None, :] == (codes % workloads)[:, None]) | (codes[:, None] % 7 == 0)
     groups = pd.DataFrame({"gpu": [f"g{c % 7}" for c in codes], "price": codes // 7})
-    got = _capacity_maxima(groups, pd.DataFrame(cap), block=16)
+    got = _capacity_maxima(group_codes([pd.factorize(groups[c]) for c in groups]), pd.DataFrame(cap), block=16)
     assert got.tolist() == _maxima_by_hand(codes, cap)
     assert 0 < len(got) < n
 
 
-def test_blocks_and_pools_are_the_rows_joined():
+@pytest.mark.parametrize("dtype", ["str", object])   # labels per combination, or joined row by row
+def test_blocks_and_pools_are_the_rows_joined(dtype):
     rng = np.random.default_rng(7)
     n = 500
     cands = pd.DataFrame({"gpu": rng.choice(["g", "h"], n), "role": rng.choice(["both", "prefill", "decode"], n),
                           "model": rng.choice(["m1", "m2"], n), "quantization": rng.choice(["bf16", "fp8"], n),
-                          "kv_cache_dtype": rng.choice(["fp8", "bf16"], n)})
+                          "kv_cache_dtype": rng.choice(["fp8", "bf16"], n)}).astype(dtype)
+    cands.loc[cands.index[::7], "role"] = None          # a missing role is ``both``
     pools = candidate_pools(cands)
     blocks = candidate_blocks(cands)
     for i, row in enumerate(cands.itertuples()):
-        pool = "" if row.role == "both" else f"{row.model}|{row.quantization}|{row.kv_cache_dtype}"
+        both = not isinstance(row.role, str) or row.role == "both"
+        pool = "" if both else f"{row.model}|{row.quantization}|{row.kv_cache_dtype}"
         assert pools[i] == pool
-        assert blocks[i] == ("both" if row.role == "both" else f"{row.role}@{pool}")
+        assert blocks[i] == ("both" if both else f"{row.role}@{pool}")
     assert candidate_blocks(cands.assign(role="both")).tolist() == ["both"] * n
+    assert candidate_pools(cands.iloc[:0]).tolist() == candidate_blocks(cands.iloc[:0]).tolist() == []
+
+
+def test_prefilter_on_plain_capacities_is_the_one_on_role_blocks():
+    """prefilter_dominated's first pass on the plain capacities keeps what it keeps on the
+    role-block capacities (a group holds one block), and its cross-type pass on the role
+    blocks of the maxima alone what it keeps on the whole table's role blocks."""
+    from planner.dimensions import factorize_column
+    from planner.optimize.codes import group_codes
+    from planner.optimize.prefilter import _capacity_maxima, _cheaper_elsewhere, prefilter_dominated
+    from planner.optimize.prune import block_codes
+
+    rng = np.random.default_rng(11)
+    n = 600
+    cands = pd.DataFrame({"gpu": rng.choice(["g", "h", "k"], n), "gpus": rng.choice([1, 2], n),
+                          "usd_per_replica_hour": rng.choice([1.0, 2.0], n), "model": rng.choice(["m1", "m2"], n),
+                          "role": rng.choice(["both", "prefill", "decode"], n), "quantization": rng.choice(["bf16", "fp8"], n),
+                          "kv_cache_dtype": "bf16"}).astype("str").astype({"gpus": int, "usd_per_replica_hour": float})
+    cap = pd.DataFrame(rng.choice([0.0, 0.5, 1.0, 1.5], (n, 3)), columns=["a", "b", "c"])
+    block, labels = block_codes(cands)
+    codes = group_codes([factorize_column(cands[c]) for c in ("gpu", "gpus", "usd_per_replica_hour", "model")]
+                        + [(block, labels)])
+    blocked = role_blocks(labels[block], cap)
+    first = _capacity_maxima(codes, cap)
+    assert first.tolist() == _capacity_maxima(codes, blocked).tolist()
+    for limited in (set(), {"g"}):
+        whole = first[~_cheaper_elsewhere(cands.iloc[first], blocked.iloc[first], limited)]
+        assert prefilter_dominated(cands, cap, limited).tolist() == whole.tolist()
+        assert 0 < len(whole) < len(first) < n
