@@ -248,11 +248,14 @@ def candidate_ids(frame: pd.DataFrame) -> pd.Series:
 def candidate_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None = None) -> np.ndarray:
     """The 64-bit hashes behind :func:`candidate_ids` (the id is the top 48 bits in hex, so
     the ids sort as ``hashes >> 16`` do). ``coded``: :class:`Coded` forms of (some of) the
-    frame's columns, used instead of the columns (the same hashes)."""
+    frame's columns, used instead of them (the same hashes), or of columns it leaves out."""
+    grid = _grid_hashes(frame, coded)
+    if grid is not None:
+        return grid
     h = np.zeros(len(frame), dtype=np.uint64)
     with np.errstate(over="ignore"):
         for d in DIMENSIONS:
-            if d.name not in frame.columns:
+            if d.name not in frame.columns and (coded is None or d.name not in coded):
                 if d.default is None:
                     raise KeyError(f"candidate_ids: the frame has no column '{d.name}'")
                 continue
@@ -261,12 +264,47 @@ def candidate_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None = No
             else:
                 codes, texts, defaults = _distinct_values(frame[d.name], d)
             values = np.array([_value_hash(f"{d.name}={u}") for u in texts], dtype=np.uint64)
-            mixed = (h ^ values[codes]) * _MIX
-            mixed ^= mixed >> np.uint64(31)
+            mixed = _mixed(h, values[codes])
             if d.default is None:
                 h = mixed
             else:
                 h = np.where(defaults, h, mixed)
+    return h
+
+
+def _mixed(h: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """One dimension's step of the id hash: (h xor value) x MIX, then xor its top bits down."""
+    with np.errstate(over="ignore"):
+        mixed = (h ^ values) * _MIX
+    mixed ^= mixed >> np.uint64(31)
+    return mixed
+
+
+def _grid_hashes(frame: pd.DataFrame, coded: Mapping[str, Coded] | None) -> np.ndarray | None:
+    """:func:`candidate_hashes` of a whole grid (:meth:`CandidateTable.coded_grid`), or None.
+    Speed (the same bits): the rows are the product of the columns' distinct values in
+    canonical order, so the hash after each dimension is computed once per combination of
+    the dimensions up to it (the same operations on the same numbers as a row's)."""
+    names = [d.name for d in DIMENSIONS if d.name in frame.columns or (coded is not None and d.name in coded)]
+    if coded is None or not names or any(n not in coded or coded[n].inner is None for n in names):
+        return None
+    inner = len(frame)
+    for n in names:                                   # row r has value (r // inner) % size
+        inner //= max(len(coded[n].distinct), 1)
+        if coded[n].inner != inner:
+            return None
+    if inner != 1 or any(d.default is None and d.name not in names for d in DIMENSIONS):
+        return None
+    h = np.zeros(1, dtype=np.uint64)
+    for d in DIMENSIONS:
+        if d.name not in names:
+            continue
+        codes, texts, defaults = _distinct_values(coded[d.name].distinct, d)
+        values = np.array([_value_hash(f"{d.name}={u}") for u in texts], dtype=np.uint64)[codes]
+        step = _mixed(h[:, None], values[None, :])
+        if defaults is not None:
+            step = np.where(defaults[None, :], h[:, None], step)
+        h = step.reshape(-1)
     return h
 
 
@@ -312,6 +350,9 @@ class Coded:
 
     distinct: pd.Series
     index: np.ndarray
+    #: For a column of the grid (:meth:`CandidateTable.coded_grid`): the rows per run of one
+    #: value (``index`` is ``(row // inner) % len(distinct)``); None: any index.
+    inner: int | None = None
 
     @classmethod
     def of(cls, column: pd.Series) -> "Coded":
@@ -325,14 +366,26 @@ class Coded:
     def factorize(self) -> tuple[np.ndarray, np.ndarray]:
         """``(codes, uniques)`` of the column as :func:`factorize_column` makes them, except
         that ``uniques`` are all of the distinct values, in their own order (some may not
-        occur in the rows): for lookups once per distinct value, taken to the rows by code."""
+        occur in the rows): for lookups once per distinct value, taken to the rows by code.
+        The codes may be the column's own ``index`` array: read them, do not write."""
         codes, uniques = factorize_column(self.distinct)
+        if np.array_equal(codes, np.arange(len(codes))):   # each value once (a grid): its codes are the index
+            return self.index, uniques
         return codes[self.index], uniques
 
     def distinct_values(self, d: Dimension) -> tuple[np.ndarray, list, np.ndarray | None]:
         """:func:`_distinct_values` of the column for dimension ``d``."""
         codes, texts, defaults = _distinct_values(self.distinct, d)
         return codes[self.index], texts, None if defaults is None else defaults[self.index]
+
+
+def values_at(distinct: pd.Series, positions: np.ndarray):
+    """The values of ``distinct`` at ``positions``, typed as the Series is: a numpy array
+    for a numpy dtype (numpy's take: without the extension array's index checks, speed),
+    else its extension array's take (a str column stays str)."""
+    if isinstance(distinct.dtype, np.dtype):
+        return distinct.to_numpy().take(positions)
+    return distinct.array.take(positions)
 
 
 #: Each byte's two hex digits as one 8-byte little-endian word: two UCS-4 code points, the
@@ -374,9 +427,10 @@ class CandidateTable:
         return cls.coded_grid(values)[0]
 
     @classmethod
-    def coded_grid(cls, values: Mapping[str, Sequence]) -> tuple[CandidateTable, dict[str, Coded]]:
+    def coded_grid(cls, values: Mapping[str, Sequence], texts: bool = True) -> tuple[CandidateTable, dict[str, Coded]]:
         """:meth:`grid` and, per column, its :class:`Coded` factorization (from the product's
-        structure: no pass over the rows' values)."""
+        structure: no pass over the rows' values). ``texts=False``: the text columns (model,
+        GPU, ...) only as their Coded forms, not in the frame (speed: read by code)."""
         unknown = [n for n in values if n not in _BY_NAME]
         missing = [d.name for d in DIMENSIONS if d.name not in values and d.default is None]
         if unknown or missing:
@@ -393,10 +447,13 @@ class CandidateTable:
         columns, coded, inner = {}, {}, size
         for name, seq in zip(names, seqs):
             inner //= len(seq)
-            index = np.tile(np.repeat(np.arange(len(seq)), inner), size // (inner * len(seq)))
+            # (r // inner) % len(seq) per row r, tiled then repeated (the fast order for numpy)
+            index = np.tile(np.arange(len(seq)), size // (inner * len(seq)))
+            index = np.repeat(index, inner) if inner > 1 else index
             distinct = pd.DataFrame([(v,) for v in seq], columns=[name])[name]
-            columns[name] = distinct.array.take(index)
-            coded[name] = Coded(distinct, index)
+            if texts or isinstance(distinct.dtype, np.dtype):
+                columns[name] = values_at(distinct, index)
+            coded[name] = Coded(distinct, index, inner)
         return cls(pd.DataFrame(columns, copy=False)), coded
 
     def __len__(self) -> int:

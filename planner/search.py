@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from planner import dimensions, parameters
+from planner.candidate_frame import Scattered, frame_of
 from planner.configs import config_arrays, distinct_configs
 from planner.format_rules import REASONS as FORMAT_REASONS
 from planner.format_rules import format_rejections
@@ -27,6 +28,7 @@ from planner.serving import memory
 from planner.serving.evaluate import evaluate
 from planner.serving.params import ServingParams
 from planner.serving.queueing import TrafficArrays, capacities_at_slos
+from planner.search_params import problem_params, serving_overrides, serving_params  # noqa: F401 (re-exported)
 
 #: Rejection reasons, in the order they are checked (the first that applies is reported).
 REASONS = (
@@ -45,56 +47,18 @@ REASONS = (
 )
 
 
-def serving_overrides(problem: Problem) -> dict:
-    """The problem's explicit ``serving:`` parameter overrides."""
-    # the section is flat: its model_dump(exclude_none=True, exclude=...), without building
-    # its serializer (the one pydantic build of a warm run: process start, issue 19)
-    return {k: v for k, v in problem.spec.serving if v is not None and k not in ("calibration", "engine")}
-
-
-def serving_params(problem: Problem, rows: pd.DataFrame | None = None, coded: dict | None = None) -> ServingParams:
-    """Parameters of configuration ``rows`` (calibrated per GPU, then the YAML overrides);
-    without rows, the uncalibrated base with the overrides. ``coded``: the rows' columns'
-    :class:`planner.dimensions.Coded` forms (the search grid's), read instead of the columns.
-
-    A solve calls it once per model, in the search; the stages get the result carried in
-    :class:`planner.parameters.ProblemParams` (:func:`problem_params`).
-    """
-    if rows is None:
-        return ServingParams().with_overrides(**serving_overrides(problem))
-    keys = ("gpu", "quantization", "model")
-    pairs = [coded[k].factorize() for k in keys] if coded is not None and all(k in coded for k in keys) else None
-    if pairs is not None and all((codes >= 0).all() for codes, _ in pairs):   # no missing id
-        ids = (None, None, None)
-    else:
-        ids, pairs = tuple(rows[k].to_numpy() for k in keys), None
-    return parameters.for_configs(problem.catalog, problem.calibration, serving_overrides(problem),
-                                  problem.spec.serving.engine, *ids, models=problem.imported_models, coded=pairs)
-
-
-def problem_params(problem: Problem, ids: pd.Index | None = None,
-                   per_candidate: ServingParams | None = None,
-                   id_order: np.ndarray | None = None) -> parameters.ProblemParams:
-    """The problem's parameters to carry: overrides, base, description, and the evaluated
-    candidates' own (``ids``, ``per_candidate``, ``id_order``: the permutation sorting ``ids``;
-    none for measured capacities)."""
-    overrides = serving_overrides(problem)
-    extra = {} if ids is None else {"ids": ids, "per_candidate": per_candidate, "id_order": id_order}
-    return parameters.ProblemParams(overrides=overrides, base=serving_params(problem),
-                                    used=parameters.describe(problem.calibration, overrides,
-                                                             problem.spec.serving.engine),
-                                    **extra)
-
-
 def _grid(problem: Problem, model_id: str) -> tuple[pd.DataFrame, dict[str, dimensions.Coded]]:
-    """One model's grid and its columns' :class:`planner.dimensions.Coded` forms."""
-    table, coded = dimensions.CandidateTable.coded_grid({"model": [model_id], **dimensions.search_values(problem)})
+    """One model's grid and its columns' :class:`planner.dimensions.Coded` forms (the text
+    columns, model, GPU, ..., in these only: the search reads them by code)."""
+    table, coded = dimensions.CandidateTable.coded_grid({"model": [model_id], **dimensions.search_values(problem)},
+                                                        texts=False)
     return table.frame, coded
 
 
 def _structural(problem: Problem, frame: pd.DataFrame, coded: dict) -> dict[str, np.ndarray]:
     cat = problem.catalog
-    model = problem.imported_models.get(frame["model"].iat[0]) or cat.model(frame["model"].iat[0])
+    model_id = coded["model"].distinct.iat[0]   # (one model's grid)
+    model = problem.imported_models.get(model_id) or cat.model(model_id)
     fmts = {q: cat.weight_format(q) for q in problem.quantization}
     # per distinct GPU and (GPU, format), then onto the rows by their codes (speed)
     g_codes, g_ids = coded["gpu"].factorize()
@@ -139,46 +103,51 @@ def enumerate_candidates(problem: Problem) -> pd.DataFrame:
 def candidates_and_params(problem: Problem) -> tuple[pd.DataFrame, parameters.ProblemParams]:
     """:func:`enumerate_candidates` and the serving parameters it resolved (those of every
     configuration it evaluated), to carry to the later stages."""
-    frames, parts, positions, hashes = [], [], [], []
+    columns, parts, positions, hashes = [], [], [], []
     for model_id in dict.fromkeys(w.model for w in problem.workloads):
-        frame, params, evaluated, coded = _evaluate_model(problem, model_id)
-        frames.append(frame)
+        model_columns, params, evaluated, model_hashes = _evaluate_model(problem, model_id)
+        columns.append(model_columns)
         parts.append(params)
         positions.append(evaluated)
-        hashes.append(dimensions.candidate_hashes(frame, coded))    # row by row: per frame
-    out = pd.concat(frames)
+        hashes.append(model_hashes)
+    starts = np.cumsum([0] + [len(h) for h in hashes[:-1]])
     hashes = np.concatenate(hashes)
-    out.index = pd.Index(dimensions.id_strings(hashes), name="candidate_id")
     # sorted by id: the ids are the hashes' top 48 bits in fixed-width hex (speed: no string
     # sort; two equal ids are two equal neighbours there). The ids are distinct (else the
     # error below), so any sort gives the one order: the unstable one is the fastest.
     top = hashes >> np.uint64(16)
     order = np.argsort(top)
-    if (top[order][1:] == top[order][:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
+    ranked = top[order]
+    if (ranked[1:] == ranked[:-1]).any():  # 48-bit ids: ~1e-4 chance at 250k candidates
         raise RuntimeError("candidate id collision; please report this problem file")
-    # each model's evaluated rows (positions in its frame), in the order of its parameters
-    starts = np.cumsum([0] + [len(f) for f in frames[:-1]])
+    # the table built once, in id order (speed: no per-model frame, no take of a wide frame)
+    index = pd.Index(dimensions.id_strings(hashes[order]).astype(object), dtype="str", copy=False, name="candidate_id")
+    out = frame_of(columns, order, index)
+    # each model's evaluated rows (positions in its grid), in the order of its parameters,
+    # at their positions in the table
     rows = np.concatenate([start + at for start, at in zip(starts, positions)]).astype(int)
-    sizes = [len(at) for at in positions]
-    return out.iloc[order], problem_params(problem, out.index[rows], parameters.concat(parts, sizes),
-                                           _sorting_order(order, rows))
-
-
-def _sorting_order(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The permutation that sorts ``rows`` (positions in a table whose sorted order is
-    ``order``) by their place in the sorted table: O(n), no sort."""
     place = np.empty(len(order), dtype=np.intp)
     place[order] = np.arange(len(order))
-    mark = np.full(len(order), -1, dtype=np.intp)
-    mark[place[rows]] = np.arange(len(rows))
+    sizes = [len(at) for at in positions]
+    in_table = place[rows]
+    return out, problem_params(problem, index[in_table], parameters.concat(parts, sizes),
+                               _sorting_order(in_table, len(order)))
+
+
+def _sorting_order(positions: np.ndarray, size: int) -> np.ndarray:
+    """The permutation that sorts ``positions`` (distinct rows of a table of ``size`` rows)
+    ascending: O(n), no sort."""
+    mark = np.full(size, -1, dtype=np.intp)
+    mark[positions] = np.arange(len(positions))
     return mark[mark >= 0]
 
 
-def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, ServingParams, np.ndarray, dict]:
-    """One model's grid, evaluated: the frame (the grid's rows, in grid order), the serving
-    parameters of the configurations evaluated, their positions in the frame (ascending: the
-    parameters' order) and the frame's dimension columns' :class:`planner.dimensions.Coded`
-    forms."""
+def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParams, np.ndarray, np.ndarray]:
+    """One model's grid, evaluated: its columns (name -> the grid's rows' values, in grid
+    order: a :class:`planner.dimensions.Coded` column or an array; the table's columns in
+    order, for :func:`planner.candidate_frame.frame_of`), the serving parameters of the
+    configurations evaluated, their positions in the grid (ascending: the parameters'
+    order) and the rows' :func:`planner.dimensions.candidate_hashes`."""
     frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
     reasons = _structural(problem, frame, coded)
@@ -186,39 +155,51 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     # the structurally possible rows are evaluated; the frame stays in grid order (the
     # candidate table is sorted by id at the end: one reordering of the rows)
     evaluated = np.flatnonzero(~structural_bad)
-    ok = frame.take(evaluated).reset_index(drop=True)
-    ok_coded = {name: column.take(evaluated) for name, column in coded.items()}
+    n_ok = len(evaluated)
 
     first = workloads[0]
     copies = _role_copies(coded, evaluated)
-    arrays, config_params, fallback, metrics, spread = _serving_rows(problem, ok, ok_coded, first, copies)
+    # the rows evaluated, one per configuration with role copies (the frame's rows at
+    # ``at``; speed: no frame of every evaluated row then)
+    at = evaluated if copies is None else evaluated[copies]
+    rows = frame.take(at).reset_index(drop=True)
+    if copies is None and "role" in coded:   # (the role of rows of their own: their capacities read it)
+        rows["role"] = dimensions.values_at(coded["role"].distinct, coded["role"].index[at])
+    arrays, config_params, fallback, metrics = _serving_rows(problem, rows, {k: v.take(at) for k, v in coded.items()},
+                                                             first)
+    spread = None if copies is None else np.repeat(np.arange(len(copies)), n_ok // len(copies))
 
     def per_row(values):
-        """Values per configuration (arrays, parameters) at the rows of ``ok``."""
+        """Values per configuration (arrays, parameters) at the evaluated rows."""
         if spread is None:
             return values
         return values.take(spread) if isinstance(values, (ConfigArrays, ServingParams)) else values[spread]
 
     params, fallback = per_row(config_params), per_row(fallback)
     metrics = {key: per_row(value) for key, value in metrics.items()}
-    n_ok = len(ok)
 
-    def padded(values, fill=np.nan):
-        """``values`` of the evaluated rows at their rows of the frame, ``fill`` elsewhere."""
+    def padded(values, fill=np.nan, live=None):
+        """``values`` of the evaluated rows (``live``: of those at positions ``live`` among
+        them, as floats) at their rows of the frame, ``fill`` elsewhere: a float column as a
+        :class:`planner.candidate_frame.Scattered` one (written to the table's rows at the
+        end), another as an array."""
         values = np.asarray(values)
+        rows = evaluated if live is None else evaluated[live]
+        if live is not None or values.dtype == np.float64:   # (its own copy: the zeroing below writes it)
+            return Scattered(np.array(np.broadcast_to(values, rows.shape), dtype=float), rows, fill, len(frame))
         out = np.full(len(frame), fill, dtype=values.dtype)
-        out[evaluated] = values
+        out[rows] = values
         return out
 
-    for name, derived in dimensions.DERIVED.items():
-        frame[name] = derived(frame)
-    added: dict[str, np.ndarray] = {}   # the evaluated columns, in order: joined to the frame at once (speed)
+    columns: dict = dict(coded)   # the dimensions (in the grid's order), then the derived
+    columns.update({name: np.asarray(derived(frame)) for name, derived in dimensions.DERIVED.items()})
+    added: dict[str, np.ndarray] = {}   # the evaluated columns, in order
     # per distinct GPU, then onto the rows by their codes (speed: no per-row map)
     g_codes, g_ids = coded["gpu"].factorize()
     prices = problem.prices_usd_per_gpu_hour
     price = np.array([prices.get(g, np.nan) for g in g_ids] + [np.nan], dtype=float)[g_codes]
     added["usd_per_gpu_hour"] = price
-    added["usd_per_replica_hour"] = price * frame["gpus"].to_numpy()
+    added["usd_per_replica_hour"] = price * columns["gpus"]
     added["math_fallback_to_bf16"] = padded(fallback.astype(float), np.nan)
     for key in _KEPT_METRICS:
         added[key] = padded(metrics[key])
@@ -233,39 +214,34 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
         warrays[w.name] = warr
         # Every slot must hold a sequence at its full length (mean prompt + mean output).
         full = memory.max_concurrency(warr, config_params, w.prompt.mean + w.output.mean)
-        kv_cap_ok &= per_row(full) >= ok["max_batch"].to_numpy()
+        kv_cap_ok &= per_row(full >= rows["max_batch"].to_numpy())   # (a configuration's rows: one max batch)
     # Capacity at SLO only where memory allows the configuration at all.
     live = np.flatnonzero(fits & kv_cap_ok)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
-    by_config = spread is not None
-    if by_config:   # role copies: the live rows are whole groups (their values are per configuration)
+    if spread is not None:   # role copies: the live rows are whole groups (their values are per configuration)
         size = n_ok // len(copies)
         live_configs = np.flatnonzero((fits & kv_cap_ok)[::size])
-        by_config = len(live_configs) > 0
+        roles = tuple(dimensions.values_at(coded["role"].distinct, coded["role"].index[evaluated[:size]]))
     for w in workloads:
-        if by_config:
+        if not live.size:   # no row to evaluate (with role copies, ``rows`` are configurations)
+            cap = {key: np.zeros(0) for key in _CAPACITY_KEYS}
+        elif spread is not None:
             cap = _role_copy_capacities(problem, w, warrays[w.name].take(live_configs),
-                                        config_params.take(live_configs), tuple(ok["role"].iloc[:size]),
+                                        config_params.take(live_configs), roles,
                                         Margins.of(problem))
-        else:
-            cap = _live_capacity(problem, ok, w, per_row(warrays[w.name]), params, live)
-        rate = np.zeros(n_ok)
-        central = np.zeros(n_ok)
-        ttft = np.full(n_ok, np.nan)
-        tpot = np.full(n_ok, np.nan)
-        rate[live] = cap["max_rate_per_s"]
-        central[live] = cap["central_rate_per_s"]
-        ttft[live] = np.where(cap["central_rate_per_s"] > 0, cap["ttft_p95_s"], np.nan)
-        tpot[live] = np.where(cap["central_rate_per_s"] > 0, cap["tpot_p95_s"], np.nan)
-        added[f"capacity_per_s[{w.name}]"] = padded(rate, 0.0)
-        added[f"central_capacity_per_s[{w.name}]"] = padded(central, 0.0)
-        added[f"ttft_p95_s[{w.name}]"] = padded(ttft)
-        added[f"tpot_p95_s[{w.name}]"] = padded(tpot)
-        any_capacity |= rate > 0
-        violated = np.full(n_ok, "", dtype=object)
-        violated[live] = cap["slo_violated_at_low_load"]
-        ttft_only &= violated == "ttft"
+        else:           # (rows of their own: ``rows`` are the evaluated rows)
+            cap = _live_capacity(problem, rows, w, per_row(warrays[w.name]), params, live)
+        served = cap["central_rate_per_s"] > 0
+        # the live rows' values at their rows of the frame (0 or NaN elsewhere), in one pass
+        added[f"capacity_per_s[{w.name}]"] = padded(cap["max_rate_per_s"], 0.0, live)
+        added[f"central_capacity_per_s[{w.name}]"] = padded(cap["central_rate_per_s"], 0.0, live)
+        added[f"ttft_p95_s[{w.name}]"] = padded(np.where(served, cap["ttft_p95_s"], np.nan), np.nan, live)
+        added[f"tpot_p95_s[{w.name}]"] = padded(np.where(served, cap["tpot_p95_s"], np.nan), np.nan, live)
+        any_capacity[live] |= np.asarray(cap["max_rate_per_s"]) > 0     # (other rows: rate 0)
+        ttft_first = np.zeros(n_ok, dtype=bool)                         # (other rows: no violated SLO)
+        ttft_first[live] = np.asarray(cap["slo_violated_at_low_load"]) == "ttft"
+        ttft_only &= ttft_first
     for other in problem.workloads:
         if other.model != model_id:
             added[f"capacity_per_s[{other.name}]"] = np.zeros(len(frame))
@@ -279,13 +255,21 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[pd.DataFrame, Serv
     which = np.full(len(frame), len(REASONS))
     for i in range(len(REASONS) - 1, -1, -1):
         which[reasons[REASONS[i]]] = i
-    added["infeasible_reason"] = np.array([*REASONS, ""], dtype=object)[which]
+    added["infeasible_reason"] = dimensions.Coded(_REASON_TEXTS, which)
     feasible = added["feasible"] = which == len(REASONS)
     for name, values in added.items():   # no capacity where the configuration is rejected
         if name.startswith(("capacity_per_s[", "central_capacity_per_s[")):
-            values[~feasible] = 0.0
-    frame = pd.concat([frame, pd.DataFrame(added, index=frame.index)], axis=1)
-    return frame, params, evaluated, coded
+            if isinstance(values, Scattered):   # (its fill, elsewhere: 0)
+                values.values[~feasible[values.rows]] = 0.0
+            else:
+                values[~feasible] = 0.0
+    columns.update(added)
+    return columns, params, evaluated, dimensions.candidate_hashes(frame, coded)
+
+
+#: The ``infeasible_reason`` texts by their position in :data:`REASONS` ('' last: feasible),
+#: as the column's distinct values (a str column, as a frame types a column of texts).
+_REASON_TEXTS = pd.Series(pd.array([*REASONS, ""], dtype="str"))
 
 
 #: The serving-model outputs of :func:`planner.serving.evaluate.evaluate` the search keeps.
@@ -313,23 +297,18 @@ def _role_copies(coded: dict, evaluated: np.ndarray) -> np.ndarray | None:
     return np.arange(0, len(evaluated), size)
 
 
-def _serving_rows(problem: Problem, ok: pd.DataFrame, ok_coded: dict, workload, copies: np.ndarray | None):
+def _serving_rows(problem: Problem, rows: pd.DataFrame, coded: dict, workload):
     """Serving-model arrays (at ``workload``'s mean lengths), parameters, math fallback and
-    :data:`_KEPT_METRICS` of the rows ``ok``, and None. ``copies`` (:func:`_role_copies`): rows
-    whose configuration repeats once per role; each configuration is then evaluated once
-    (speed; every value is per row and does not read the role: the same numbers): the
-    values are the configurations', and the last item the configuration of each row of ``ok``."""
-    rows, coded = ok, ok_coded
-    if copies is not None:
-        rows, coded = ok.take(copies).reset_index(drop=True), {k: v.take(copies) for k, v in ok_coded.items()}
+    :data:`_KEPT_METRICS` of configuration ``rows`` (``coded``: their columns'
+    :class:`planner.dimensions.Coded` forms). With role copies (:func:`_role_copies`) the
+    search passes one row per configuration: every value is per row and does not read the
+    role (the same numbers for each of its roles' rows)."""
     cfg = rows.assign(batch=rows["max_batch"], prompt_tokens=workload.prompt.mean,
                       output_tokens=workload.output.mean, context_tokens=np.nan)
     arrays, fallback = config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=coded)
     params = serving_params(problem, rows, coded)
     metrics = evaluate(arrays, params)
-    metrics = {key: metrics[key] for key in _KEPT_METRICS}
-    spread = None if copies is None else np.repeat(np.arange(len(copies)), len(ok) // len(copies))
-    return arrays, params, fallback, metrics, spread
+    return arrays, params, fallback, {key: metrics[key] for key in _KEPT_METRICS}
 
 
 def _live_capacity(problem: Problem, ok: pd.DataFrame, workload, arrays: ConfigArrays, params: ServingParams,
@@ -365,12 +344,15 @@ def _role_copy_capacities(problem: Problem, workload, arrays: ConfigArrays, para
     distinct: dict = {}
     for r, role in enumerate(roles):
         kind = role == "prefill"
-        if kind not in distinct:
+        if kind not in distinct:   # the distinct rows and their values, once per kind (both and decode: one)
             key_arrays = disagg_roles.capacity_key(role, arrays) if kind else arrays
-            distinct[kind] = distinct_configs(key_arrays, params)
-        first, inverse = distinct[kind]
+            first, inverse = distinct_configs(key_arrays, params)
+            every = len(first) == n   # each row its own (first = 0, 1, ...): the rows as they are
+            distinct[kind] = (first, inverse, params if every else params.take(first),
+                              arrays if every else arrays.take(first))
+        first, inverse, first_params, first_arrays = distinct[kind]
         got = _role_capacity(problem, role, pd.DataFrame(index=pd.RangeIndex(len(first))), workload,
-                             params.take(first), arrays.take(first), traffic, workload.slo.ttft_p95_s,
+                             first_params, first_arrays, traffic, workload.slo.ttft_p95_s,
                              workload.slo.tpot_p95_s, margins, scale_out)
         per_row = {key: np.broadcast_to(np.asarray(got[key]), (len(first),))[inverse]
                    for key in _CAPACITY_KEYS}

@@ -205,3 +205,32 @@ def test_id_strings_are_c_and_the_hashes_top_hex_digits():
     assert dimensions.id_strings(hashes).tolist() == [
         "c" + ("%016x" % int(h))[:dimensions.ID_HEX_DIGITS] for h in hashes]
     assert dimensions.id_strings(np.array([], dtype=np.uint64)).tolist() == []
+
+
+def test_grid_hashes_by_the_product_equal_the_row_by_row_hashes():
+    """A whole grid's hashes are computed per prefix of the product (speed, issue 19): the
+    same bits as row by row (dimensions at their default skipped, a value listed twice);
+    rows of a grid (a take: no product) hash row by row, as before."""
+    values = {"model": ["m-a"], "gpu": ["h100-sxm", "a10", "h100-sxm"], "tp": [1, 2, 4], "pp": [1, 2],
+              "quantization": ["bf16", "fp8"], "kv_cache_dtype": ["bf16"], "max_batch": [8, 64],
+              "ep": [1, 8], "attention_dp": [False, True], "role": ["both", "prefill", "decode"]}
+    table, coded = dimensions.CandidateTable.coded_grid(values)
+    assert all(c.inner is not None for c in coded.values()) and coded["role"].inner == 1
+    by_product = dimensions.candidate_hashes(table.frame, coded)
+    row_by_row = dimensions.candidate_hashes(table.frame)           # no Coded: the per-row path
+    assert by_product.dtype == np.uint64 and np.array_equal(by_product, row_by_row)
+    at_defaults = (table.frame["ep"] == 1) & ~table.frame["attention_dp"] & (table.frame["role"] == "both")
+    plain = table.frame.loc[at_defaults, list(CONFIG)].astype(object)   # defaults: the dense key's hash
+    assert list(dimensions.id_strings(by_product[at_defaults.to_numpy()])) == \
+        [_hand_id(dict(zip(CONFIG, row))) for row in plain.itertuples(index=False)]
+    # the text columns as Coded forms only (the search's grid): the same hashes, row by row too
+    numbers, same = dimensions.CandidateTable.coded_grid(values, texts=False)
+    assert list(numbers.frame.columns) == ["tp", "pp", "max_batch", "ep", "attention_dp"] and list(same) == list(coded)
+    pd.testing.assert_frame_equal(numbers.frame, table.frame[list(numbers.frame.columns)], check_exact=True)
+    assert np.array_equal(dimensions.candidate_hashes(numbers.frame, same), row_by_row)
+    assert np.array_equal(dimensions.candidate_hashes(numbers.frame, {k: c.take(np.arange(len(table)))
+                                                                      for k, c in same.items()}), row_by_row)
+    rows = np.arange(len(table))[::-7]
+    taken = {k: c.take(rows) for k, c in coded.items()}
+    assert all(c.inner is None for c in taken.values())
+    assert np.array_equal(dimensions.candidate_hashes(table.frame.iloc[rows], taken), row_by_row[rows])

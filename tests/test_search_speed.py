@@ -91,14 +91,15 @@ def test_shared_capacities_are_the_row_by_row_ones(monkeypatch, tmp_path, name):
 def _live_arrays_and_params(problem):
     """The first model's evaluated rows' arrays and parameters (the rows the search shares)."""
     model = problem.workloads[0].model
-    frame, coded = search._grid(problem, model)
+    frame, coded = search._grid(problem, model)       # (its text columns as Coded forms only)
     bad = np.logical_or.reduce(list(search._structural(problem, frame, coded).values()))
     ok = frame[~bad].reset_index(drop=True)
+    ok_coded = {name: column.take(np.flatnonzero(~bad)) for name, column in coded.items()}
     w = problem.workloads[0]
     cfg = ok.assign(batch=ok["max_batch"], prompt_tokens=w.prompt.mean, output_tokens=w.output.mean,
                     context_tokens=np.nan)
-    arrays, _ = configs.config_arrays(problem.catalog, cfg, models=problem.imported_models)
-    return arrays, search.serving_params(problem, ok)
+    arrays, _ = configs.config_arrays(problem.catalog, cfg, models=problem.imported_models, coded=ok_coded)
+    return arrays, search.serving_params(problem, ok, ok_coded)
 
 
 @pytest.mark.parametrize("metric", ["tpot_p95_s", "ttft_p95_s"])
