@@ -111,9 +111,8 @@ def _combinations(candidates: pd.DataFrame, factorized: dict | None = None) -> t
     parts = [column_codes(candidates, c, factorized) for c in columns]
     if any((codes < 0).any() for codes, _ in parts[1:]):
         return None
-    key = np.zeros(len(candidates), dtype=np.int64)
-    for codes, uniques in parts:      # a missing role (code -1) is ``both``: its own code 0
-        key, _ = pd.factorize(key * (len(uniques) + 1) + codes + 1)
+    # a missing role (code -1) is ``both``: its own code 0, so no row is missing here
+    key = group_codes([(codes + 1, range(len(uniques) + 1)) for codes, uniques in parts])
     # each combination's first row (codes are numbered in order of first appearance)
     first = np.flatnonzero(key > np.maximum.accumulate(np.r_[-1, key[:-1]]))
     (role_codes, role_values), pool_parts = parts[0], parts[1:]
