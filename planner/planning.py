@@ -325,13 +325,15 @@ def predicted_latency(problem: Problem, candidates: pd.DataFrame, params: Proble
     return out
 
 
-def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: pd.DataFrame) -> pd.DataFrame:
+def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: pd.DataFrame,
+                 pools: np.ndarray | None = None) -> pd.DataFrame:
     """``deployments`` with ``load_fraction`` relative to the central capacities at SLO.
 
     The optimizer loads replicas against the capacities it buys (with the margins of
     :mod:`planner.margins`; kept as ``planned_load_fraction``); the outputs report the load
     against the central prediction: sum over routed workloads of rate per replica / central
-    capacity at SLO.
+    capacity at SLO. ``pools``: :func:`~planner.optimize.prune.candidate_pools` of
+    ``candidates``, when the caller has it (speed: once for all plans, not per plan).
     """
     if routing.empty:
         return deployments
@@ -346,18 +348,20 @@ def central_load(candidates: pd.DataFrame, deployments: pd.DataFrame, routing: p
     load = share / deployments["replicas"].to_numpy(float)
     columns = {"planned_load_fraction": deployments["load_fraction"].to_numpy(), "load_fraction": load}
     if "role" in deployments.columns:
-        columns["pool"] = pool_ids(deployments)
+        keys = None if pools is None else pools[candidates.index.get_indexer(deployments["candidate_id"])]
+        columns["pool"] = pool_ids(deployments, keys)
     return deployments.assign(**columns)
 
 
-def pool_ids(deployments: pd.DataFrame) -> np.ndarray:
+def pool_ids(deployments: pd.DataFrame, keys: np.ndarray | None = None) -> np.ndarray:
     """The ``pool`` of each deployment (with a ``role`` column): a pool is the prefill and
     decode deployments serving one model's disaggregated traffic with one weight format and
     KV dtype (:data:`planner.optimize.prune.POOL_KEY`; the optimizer's ``pd_balance`` per
     workload and pool; a model's workloads share its pools). Its id is the model id, or
     ``<model>-<format>-kv-<kv dtype>`` where the plan has several pools of one model; None
-    for the aggregated (``both``) deployments."""
-    keys = candidate_pools(deployments).tolist()
+    for the aggregated (``both``) deployments. ``keys``: the deployments' pool keys
+    (:func:`~planner.optimize.prune.candidate_pools`), when the caller has them."""
+    keys = (candidate_pools(deployments) if keys is None else keys).tolist()
     models = deployments["model"].to_numpy(object).tolist()
     per_model: dict = {}
     for model, key in zip(models, keys):
@@ -394,7 +398,9 @@ def rank_plans(problem: Problem, candidates: pd.DataFrame, params: ProblemParams
     """
     # the plans' candidates, found once (speed: no lookup in the whole table per plan)
     rows = lookup.rows(candidates, sorted({c for f in found for c in f.plan.deployments["candidate_id"]}))
-    found = [replace(f, plan=replace(f.plan, deployments=central_load(rows, f.plan.deployments, f.plan.routing)))
+    pools = candidate_pools(rows) if "role" in rows.columns else None
+    found = [replace(f, plan=replace(f.plan, deployments=central_load(rows, f.plan.deployments, f.plan.routing,
+                                                                      pools)))
              for f in found]
     latencies = predicted_latency(problem, rows, params, [(f.plan.deployments, f.plan.routing) for f in found])
 
