@@ -198,9 +198,10 @@ def canonical_solution(built: BuiltModel, options: SolverOptions, cost_units: in
         return inc.replicas, inc.traffic, report
     routing = _optimal_face(built, cost_units)
     fix_values(routing, built.replicas.tolist(), inc.replicas)
-    forced = _forced_traffic(built, inc)
+    pair_rows = _pair_rows(built)
+    forced = _forced_traffic(built, inc, pair_rows)
     start = time.perf_counter()
-    weights = _lexicographic_weights(built, inc, forced)
+    weights = _lexicographic_weights(built, inc, forced, pair_rows)
     if weights is not None:         # the lexicographic minimum in one solve
         live, coef = weights
         _fix_traffic(routing, built, inc, live)
@@ -240,7 +241,19 @@ def _no_other_replicas(face: cp_model.CpModel, built: BuiltModel, replicas: np.n
     return solver.solve(check) == cp_model.INFEASIBLE
 
 
-def _lexicographic_weights(built: BuiltModel, inc: _Incumbent, forced: np.ndarray
+def _pair_rows(built: BuiltModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per traffic pair of ``built``: the position of its candidate in ``built.replicas``, its
+    workload (object array) and that workload's traffic units (int64), found once for
+    :func:`_forced_traffic` and :func:`_lexicographic_weights` (speed: one index lookup, and
+    the units by dict, not ``.loc``)."""
+    pairs = built.traffic.index
+    owner = built.replicas.index.get_indexer(pairs.get_level_values("candidate_id"))
+    workloads = np.asarray(pairs.get_level_values("workload"), dtype=object)
+    units_of = built.traffic_units.to_dict()
+    return owner, workloads, np.array([units_of[w] for w in workloads.tolist()], dtype=np.int64)
+
+
+def _lexicographic_weights(built: BuiltModel, inc: _Incumbent, forced: np.ndarray, pair_rows: tuple
                            ) -> tuple[np.ndarray, list[int]] | None:
     """Positions and exact integer weights W of the traffic variables that can still vary with
     the replicas fixed, such that minimizing sum W_i x_i gives their lexicographic minimum in
@@ -249,12 +262,11 @@ def _lexicographic_weights(built: BuiltModel, inc: _Incumbent, forced: np.ndarra
     Live: pairs of deployed candidates whose value the replicas do not force. With U_i the
     bound of x_i (its workload's units, and the load row at the fixed replicas),
     W_i = prod_{l > i} (U_l + 1) > sum_{l > i} W_l U_l, so a smaller x_i outweighs every later one.
+    ``pair_rows``: :func:`_pair_rows` of ``built``.
     """
-    pairs = built.traffic.index
-    pos = built.replicas.index.get_indexer(pairs.get_level_values("candidate_id"))
+    pos, _, q = pair_rows
     y = inc.replicas[pos]
     live = np.flatnonzero((y > 0) & ~forced)
-    q = built.traffic_units.loc[pairs.get_level_values("workload")].to_numpy(np.int64)
     units = built.load_units_per_replica.to_numpy(np.int64)[pos]
     upper = np.minimum(q, (units * y) // np.maximum(built.load_coef.to_numpy(np.int64), 1))
     weights, product = [], 1
@@ -288,20 +300,20 @@ def fix_values(model: cp_model.CpModel, variables: list, values) -> None:
             model.add(var == value)
 
 
-def _forced_traffic(built: BuiltModel, inc: _Incumbent) -> np.ndarray:
+def _forced_traffic(built: BuiltModel, inc: _Incumbent, pair_rows: tuple) -> np.ndarray:
     """Traffic variables whose value the fixed replicas force (no solve needed).
 
     With replicas fixed, only pairs of deployed candidates can carry traffic; a workload
-    with a single such pair routes all its units there.
+    with a single such pair routes all its units there. ``pair_rows``: :func:`_pair_rows`
+    of ``built``.
     """
-    pairs = built.traffic.index
-    if not len(pairs):
+    if not len(built.traffic):
         return np.zeros(0, dtype=bool)
-    deployed = inc.replicas[built.replicas.index.get_indexer(pairs.get_level_values("candidate_id"))] > 0
-    workloads = pairs.get_level_values("workload")
-    live = np.unique(np.asarray(workloads)[deployed], return_counts=True)
+    owner, workloads, _ = pair_rows
+    deployed = inc.replicas[owner] > 0
+    live = np.unique(workloads[deployed], return_counts=True)
     single = set(live[0][live[1] == 1])
-    return deployed & np.isin(np.asarray(workloads), list(single))
+    return deployed & np.isin(workloads, list(single))
 
 
 def _optimal_face(built: BuiltModel, cost_units: int) -> cp_model.CpModel:
