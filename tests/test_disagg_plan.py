@@ -155,6 +155,12 @@ def test_pool_ids_name_the_format_when_a_model_has_several_pools():
     assert ids(deployments) == ["m-fp8-kv-fp8", "m-fp8-kv-fp8", "m-bf16-kv-bf16",
                                                         "m-bf16-kv-bf16", None]
     assert ids(deployments.iloc[[0, 1, 4]]) == ["m", "m", None]
+    # the pool keys of a larger table, taken to the rows (rank_plans: once for all plans)
+    from planner.optimize.prune import candidate_pools
+
+    keys = candidate_pools(deployments)
+    for rows in ([0, 1, 2, 3, 4], [0, 1, 4], [2, 3], [4]):
+        assert list(pool_ids(deployments.iloc[rows], keys[rows])) == list(pool_ids(deployments.iloc[rows]))
 
 
 def test_verify_simulates_each_pool_within_its_slos(tmp_path):
