@@ -15,7 +15,7 @@ from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.replica_state import (MAX_BRANCHING_RATIO, QUEUE_CORRELATION, TrafficArrays,  # noqa: F401
                                            _n_max, _state_parts, _tpot_p95, p95_floors,         # (re-exported)
-                                           param_rows, state_at_occupancy, step_model)
+                                           param_rows, state_at_occupancy, step_model, tpot_bracket)
 from planner.serving.roofline import StepModel
 from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401
                                    exponential_tail_quantile, mixture_p95_bracket,     # (re-exported)
@@ -206,7 +206,7 @@ def _stacked_bisection(model: StepModel, t: TrafficArrays, steps: int, slots: np
         return dict(kept, occupancy=np.zeros(0)), np.zeros(0, dtype=bool)
 
     def state(n):
-        return _state_parts(model, t, n, slots, chunk, overhead)
+        return _state_parts(model, t, n, slots, chunk, overhead, slos[1])
 
     lo, hi = np.zeros(slots.size), slots.astype(float)
     top = state(hi)
@@ -232,11 +232,8 @@ def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
     p95s, bit for bit. The TPOT p95, tau + the mixture's offset, is decided by the bracket
     the offset lies in (:func:`planner.serving.tails.mixture_p95_bracket`: within the SLO
     at its top, above it at its bottom); the mixture only on the rows it leaves open."""
-    if "_tpot_bracket" not in s:    # (the same state serves the pairs at the same occupancy)
-        with np.errstate(invalid="ignore", over="ignore"):
-            low, high, sure = mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * inv)
-                                                   for inv in inverse_lives])
-            s["_tpot_bracket"] = (s["tpot_mean_s"] + low, s["tpot_mean_s"] + high, sure)
+    if "_tpot_bracket" not in s:    # (a bisection's state has it: :func:`_state_parts`)
+        s["_tpot_bracket"] = tpot_bracket(s, inverse_lives)
     low, high, sure = s["_tpot_bracket"]
     ttft_slo, tpot_slo = slo
     candidate = (s["ttft_p95_s"] <= ttft_slo) & s["stable"]

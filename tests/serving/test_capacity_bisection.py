@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from planner.configs import config_arrays
-from planner.serving import queueing, tails
+from planner.serving import queueing, replica_state, tails
 from planner.serving.params import ServingParams
 from planner.serving.queueing import TrafficArrays, capacities_at_slos, state_at_occupancy, state_at_rate
 from planner.traffic import LogNormal
@@ -270,3 +270,27 @@ def test_mixture_offset_of_rows_at_the_floor_equals_one_pass():
                 got, ref = tails.mixture_p95_offset(case, steps), _plain_mixture_offset(case, steps)
                 assert np.shape(got) == np.shape(ref) and np.asarray(got).tobytes() == np.asarray(ref).tobytes()
         assert zero.any() and np.isnan(_plain_mixture_offset([np.zeros(3)])).all()   # why zero rows are "no"s
+
+
+@pytest.mark.parametrize("share", [0.0, replica_state.ROWS_SUBSET_MAX_SHARE, 1.0])
+def test_bisection_state_takes_the_ttft_only_where_the_tpot_may_be_met(catalog, monkeypatch, share):
+    """_state_parts with the TPOT SLOs: every array of the full state, its bracket, and the
+    TTFT p95 of the rows that may meet the TPOT SLO (stable, the bracket's low end within
+    it), +inf elsewhere (computed on those rows only), or everywhere (on every row, past
+    the share)."""
+    c, p = _random_rows(catalog, n=300, seed=9)
+    monkeypatch.setattr(replica_state, "ROWS_SUBSET_MAX_SHARE", share)
+    n_max = queueing._n_max(c, p)
+    model = queueing.step_model(c, p, TRAFFIC)
+    occupancy = n_max * np.random.default_rng(1).uniform(0.0, 1.0, n_max.size)
+    slo = np.where(np.arange(n_max.size) % 2, 0.02, 0.05)
+    args = (model, TRAFFIC, occupancy, n_max, p.prefill_chunk_tokens, p.request_overhead_s)
+    full, part = queueing._state_parts(*args), queueing._state_parts(*args, slo)
+    bracket = queueing.tpot_bracket(full, TRAFFIC.output_strata_inv)
+    may = full["stable"] & ~(bracket[0] > slo)
+    assert 0 < may.sum() < may.size and (full["ttft_p95_s"][~may] < np.inf).any()
+    every = may.sum() > share * may.size         # (every row computed: the numbers everywhere)
+    for key in full:
+        expected = np.where(may | every, full[key], np.inf) if key == "ttft_p95_s" else full[key]
+        assert part[key].tobytes() == expected.tobytes(), key
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(part["_tpot_bracket"], bracket))
