@@ -110,13 +110,24 @@ def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s,
     overloaded): W_mean + E[S + X] + sqrt((W_95 - W_mean)^2 + (S_95 + X_95 - E[S + X])^2)
     + request overhead (section 14.2 without the decode terms). ``svc``: the
     :func:`planner.serving.disagg.prefill_service` of ``d`` when the caller has it."""
-    svc = disagg.prefill_service(d, t) if svc is None else svc
-    queue = disagg.prefill_queue(1.0, rate_per_s, svc["mean_s"], svc["second_moment_s2"])
+    svc = _with_rate_free_terms(disagg.prefill_service(d, t) if svc is None else svc)
+    queue = disagg.prefill_queue(1.0, rate_per_s, svc["mean_s"], svc["second_moment_s2"], svc["cv2"])
     with np.errstate(invalid="ignore", over="ignore"):
-        own_dev = np.maximum(svc["p95_own_s"] - svc["mean_own_s"], 0.0)
-        dev = np.sqrt((queue["p95_s"] - queue["mean_s"]) ** 2 + own_dev ** 2)
+        dev = np.sqrt((queue["p95_s"] - queue["mean_s"]) ** 2 + svc["own_dev2_s2"])
         ttft = queue["mean_s"] + svc["mean_own_s"] + dev + d.prefill_params.request_overhead_s
     return np.where(queue["utilization"] < 1.0, ttft, np.inf)
+
+
+def _with_rate_free_terms(svc: dict) -> dict:
+    """``svc`` with the terms of :func:`prefill_ttft_p95_s` that do not depend on the rate
+    (speed: a bisection on the rate computes them once): ``cv2``
+    (:func:`planner.serving.disagg.service_cv2`) and ``own_dev2_s2``, the square of the own
+    prefill's and transfer's deviation (p95 - mean, at least 0)."""
+    if "cv2" in svc:
+        return svc
+    with np.errstate(invalid="ignore", over="ignore"):
+        own_dev = np.maximum(svc["p95_own_s"] - svc["mean_own_s"], 0.0)
+        return dict(svc, cv2=disagg.service_cv2(svc["mean_s"], svc["second_moment_s2"]), own_dev2_s2=own_dev ** 2)
 
 
 def prefill_capacities(d: disagg.DisaggArrays, t: TrafficArrays, budgets_s, svc: dict | None = None) -> list:
@@ -130,7 +141,7 @@ def prefill_capacities(d: disagg.DisaggArrays, t: TrafficArrays, budgets_s, svc:
     every row): a row whose trickle misses a budget has rate 0 there whatever its
     bisection finds, so only the other rows are bisected.
     """
-    svc = disagg.prefill_service(d, t) if svc is None else svc
+    svc = _with_rate_free_terms(disagg.prefill_service(d, t) if svc is None else svc)
     shape = np.shape(svc["mean_s"])
     trickle = prefill_ttft_p95_s(d, t, np.zeros(shape), svc)
     todo, rows, budget = _rows_of(shape, budgets_s, lambda b: ~(trickle <= b))
