@@ -32,9 +32,9 @@ from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import kv_bytes_per_seq, max_concurrency
 from planner.serving.params import ServingParams
 from planner.serving.queueing import (CAPACITY_BISECTION_STEPS, MAX_BRANCHING_RATIO, P95, TrafficArrays,
-                                      erlang_c_halfin_whitt, exponential_tail_p95)
+                                      exponential_tail_p95)
 from planner.serving.roofline import StepModel
-from planner.serving.tails import normal_p95_offset
+from planner.serving.tails import halfin_whitt_wait_p95, normal_p95_offset
 from planner.units import GIGA
 
 #: Per-GPU scale-out bandwidth per direction used when the GPU catalog has none [GB/s]:
@@ -268,8 +268,7 @@ def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None =
         slots = decode_slots(d, t) if slots is None else slots
         holding = out_m1 * tau
         offered = rate * holding
-        p_wait = erlang_c_halfin_whitt(slots, offered, burst)
-        slot_wait = exponential_tail_p95(p_wait, holding / np.maximum(slots - offered, 1e-300))
+        slot_wait = halfin_whitt_wait_p95(slots, offered, burst, holding / np.maximum(slots - offered, 1e-300))
     stable = (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": tpot_p95, "slot_wait_p95_s": slot_wait,
             "burst": burst, "stable": stable}

@@ -37,7 +37,7 @@ from planner.serving.arrays import ConfigArrays, scaled
 from planner.serving.memory import max_concurrency
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
-from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95, mixture_p95_bracket,
+from planner.serving.tails import (P95, exponential_tail_p95, halfin_whitt_wait_p95, mixture_p95_bracket,
                                    mixture_p95_offset)
 
 #: Correlation of the residual step and the queue waits ahead of a new request.
@@ -242,8 +242,7 @@ def _ttft_p95(rate, service, service2, s_full, s_d, rho, service_p95, slots, bur
         w_mean = np.where(rho < 1.0, rate * service2 / (2.0 * (1.0 - rho)), np.inf)
         w_p95 = exponential_tail_p95(rho, w_mean / np.maximum(rho, 1e-300))
         # Slots: M/M/c with the bursty occupancy's variance (Halfin-Whitt).
-        p_wait = erlang_c_halfin_whitt(slots, offered, burst2)
-        w_slot = exponential_tail_p95(p_wait, time_in_system / np.maximum(slots - offered, 1e-300))
+        w_slot = halfin_whitt_wait_p95(slots, offered, burst2, time_in_system / np.maximum(slots - offered, 1e-300))
         # Residual, prefill queue and slot wait are positively correlated (busy periods
         # bring all three): their deviations combine with correlation QUEUE_CORRELATION;
         # the own prefill is independent of them.

@@ -294,3 +294,31 @@ def test_bisection_state_takes_the_ttft_only_where_the_tpot_may_be_met(catalog, 
         expected = np.where(may | every, full[key], np.inf) if key == "ttft_p95_s" else full[key]
         assert part[key].tobytes() == expected.tobytes(), key
     assert all(a.tobytes() == b.tobytes() for a, b in zip(part["_tpot_bracket"], bracket))
+
+
+@pytest.mark.parametrize("share", [0.0, tails.WAIT_ROWS_MAX_SHARE, 1.0])
+def test_halfin_whitt_wait_p95_equals_the_tail_of_the_full_wait_probability(monkeypatch, share):
+    """halfin_whitt_wait_p95 (P(wait) only where beta < WAIT_FREE_BETA) equals the exponential
+    tail of erlang_c_halfin_whitt on every row, bit for bit: loads around and far below the
+    servers (beta near the bound), zero, negative, infinite and NaN inputs; 0-d and 2-D too."""
+    monkeypatch.setattr(tails, "WAIT_ROWS_MAX_SHARE", share)
+    rng = np.random.default_rng(11)
+    n = 20000
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-300, 5e-324, 1e300])
+    with np.errstate(all="ignore"):
+        c = np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.choice([1.0, 8.0, 64.0, 1024.0], n))
+        a = c * rng.uniform(0.0, 1.2, n)
+        near = c - tails.WAIT_FREE_BETA * np.sqrt(np.abs(a)) * rng.uniform(0.97, 1.03, n)   # beta about 3
+        a = np.where(rng.random(n) < 0.2, near, a)
+        a = np.where(rng.random(n) < 0.1, rng.choice(special, n), a)
+        v = np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.uniform(1.0, 30.0, n))
+        mean = np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.uniform(0.0, 5.0, n))
+        for args in ((c, a, v, mean), (c[:1], a[:1], 2.0, mean[:1]), (8.0, 6.0, 2.0, 1.0),
+                     tuple(x[:n // 100 * 100].reshape(100, -1) for x in (c, a, v, mean))):
+            expected = tails.exponential_tail_p95(tails.erlang_c_halfin_whitt(*args[:3]), args[3])
+            got = tails.halfin_whitt_wait_p95(*args)
+            assert np.shape(got) == np.shape(expected) and np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+        beta = (c - a) / np.sqrt(np.maximum(a * v, 1e-300))
+        p = tails.erlang_c_halfin_whitt(c, a, v)
+    free = beta >= tails.WAIT_FREE_BETA
+    assert (p[free] < 0.01).all() and (free & (beta < 3.1)).any() and (p[~free] > 1.0 - tails.P95).any()
