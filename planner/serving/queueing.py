@@ -45,7 +45,8 @@ THREAD_MIN_ROWS = 4096
 
 
 #: Share of the rows at least that no occupancy can serve (:func:`_never_met`) for
-#: :func:`capacities_at_slos` to set them apart (a take of the arrays costs about a state).
+#: :func:`capacities_at_slos` to set them apart when it shares the other rows between
+#: threads (a take of the arrays costs about a state).
 SETTLED_MIN_SHARE = 0.05
 
 
@@ -61,9 +62,9 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     """:func:`capacity_at_slo` of each ``(slo_ttft_p95_s, slo_tpot_p95_s)`` pair of ``slos``.
 
     Each pair has its own bisection on n (the same steps, the same numbers as one call per
-    pair); a state that several pairs need at the same occupancy of a row (the top and the
-    trickle, the first steps before the pairs' decisions part) is computed once, and the
-    others on the rows where they differ only (speed: the search's central and margined SLOs).
+    pair), all in one on the pairs' rows stacked (:func:`_stacked_capacities`; speed: the
+    search's central and margined SLOs); rows where no occupancy meets a pair
+    (:func:`_never_met`) take no bisection state for it.
     Rows (one-dimensional, scalar SLOs and traffic) are bisected in contiguous ranges by
     :func:`planner.serving.parallel.thread_count` threads: every row's numbers are its own,
     whichever range holds it.
@@ -77,7 +78,10 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     settled = np.logical_and.reduce(never)
     if not (steps and settled.sum() >= max(SETTLED_MIN_SHARE * settled.size, 1)):
         return _in_threads(c, p, t, slos, steps, model, n_max, never)
-    # Rows no occupancy serves for any pair: their top, n = 0 and trickle states only.
+    if len(row_ranges(settled.size - int(settled.sum()), thread_count(), THREAD_MIN_ROWS)) < 2:
+        # (one thread: no take; the bisection computes no state on rows no pair can meet)
+        return _capacities_at_slos(c, p, t, slos, steps, model, n_max, never)
+    # Rows no occupancy serves for any pair, set apart: their n = 0 and trickle states only.
     out = []
     for rows, part_steps in ((np.flatnonzero(~settled), steps), (np.flatnonzero(settled), 0)):
         if rows.size:
