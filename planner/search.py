@@ -342,15 +342,22 @@ def _role_copy_capacities(problem: Problem, workload, arrays: ConfigArrays, para
     n, size = len(np.atleast_1d(arrays.tp)), len(roles)
     out: dict = {}
     distinct: dict = {}
+
+    def rows_of(kind: bool) -> tuple:
+        """The distinct rows of a kind (prefill: True) and their values, once per kind (both
+        and decode: one). Speed (the same rows, in the same order): the prefill rows' are
+        found among the others' (rows equal in every field are equal in their key)."""
+        if kind not in distinct:
+            top_first, top_inverse, top_params, top_arrays = rows_of(False) if kind else (None, None, params, arrays)
+            key_arrays = disagg_roles.capacity_key("prefill", top_arrays) if kind else arrays
+            first, inverse = distinct_configs(key_arrays, top_params)
+            every = len(first) == len(np.atleast_1d(top_arrays.tp))   # each row its own: the rows as they are
+            values = (top_params, top_arrays) if every else (top_params.take(first), top_arrays.take(first))
+            distinct[kind] = (top_first[first], inverse[top_inverse], *values) if kind else (first, inverse, *values)
+        return distinct[kind]
+
     for r, role in enumerate(roles):
-        kind = role == "prefill"
-        if kind not in distinct:   # the distinct rows and their values, once per kind (both and decode: one)
-            key_arrays = disagg_roles.capacity_key(role, arrays) if kind else arrays
-            first, inverse = distinct_configs(key_arrays, params)
-            every = len(first) == n   # each row its own (first = 0, 1, ...): the rows as they are
-            distinct[kind] = (first, inverse, params if every else params.take(first),
-                              arrays if every else arrays.take(first))
-        first, inverse, first_params, first_arrays = distinct[kind]
+        first, inverse, first_params, first_arrays = rows_of(role == "prefill")
         got = _role_capacity(problem, role, pd.DataFrame(index=pd.RangeIndex(len(first))), workload,
                              first_params, first_arrays, traffic, workload.slo.ttft_p95_s,
                              workload.slo.tpot_p95_s, margins, scale_out)
