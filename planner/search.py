@@ -392,7 +392,7 @@ def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArr
 
 def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: ServingParams,
                       tpot_cap_s: float | None = None, ttft_cap_s: float | None = None,
-                      arrays=None, margins: Margins | None = None) -> dict:
+                      arrays=None, margins: Margins | None = None, traffic: TrafficArrays | None = None) -> dict:
     """Capacity at SLO of configuration ``rows`` for one workload.
 
     ``tpot_cap_s`` / ``ttft_cap_s`` tighten the workload's SLOs (Pareto sweeps). Returns
@@ -400,11 +400,13 @@ def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: Se
     central prediction), with ``max_rate_per_s`` replaced by the capacity the optimizer
     buys under ``margins`` (:meth:`planner.margins.Margins.planned_capacity`; none: the
     central one), ``central_rate_per_s`` the central capacity, and
-    ``slo_violated_at_low_load`` judged at the margined SLOs.
+    ``slo_violated_at_low_load`` judged at the margined SLOs. ``traffic``: the workload's
+    :class:`TrafficArrays` when the caller has them.
     """
     arrays = arrays if arrays is not None else workload_arrays(problem, rows, workload)
-    traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
-                                               workload.prefix_cache_hit_fraction)
+    if traffic is None:
+        traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
+                                                   workload.prefix_cache_hit_fraction)
     tpot = workload.slo.tpot_p95_s if tpot_cap_s is None else min(workload.slo.tpot_p95_s, tpot_cap_s)
     ttft = workload.slo.ttft_p95_s if ttft_cap_s is None else min(workload.slo.ttft_p95_s, ttft_cap_s)
     roles = dimensions.value_of(rows, "role")
@@ -457,7 +459,8 @@ def _role_capacity(problem: Problem, role: str, rows: pd.DataFrame, workload, pa
     (``rows``: without their role; the capacities read their arrays only), the prefill-role
     and decode-role ones by :func:`planner.disagg_roles.role_capacity`."""
     if role == "both":
-        return workload_capacity(problem, rows, workload, params, tpot, ttft, arrays=arrays, margins=margins)
+        return workload_capacity(problem, rows, workload, params, tpot, ttft, arrays=arrays, margins=margins,
+                                 traffic=traffic)
     from planner import disagg_roles
 
     return disagg_roles.role_capacity(role, arrays, params, traffic, workload, ttft, tpot,
