@@ -322,3 +322,23 @@ def test_halfin_whitt_wait_p95_equals_the_tail_of_the_full_wait_probability(monk
         p = tails.erlang_c_halfin_whitt(c, a, v)
     free = beta >= tails.WAIT_FREE_BETA
     assert (p[free] < 0.01).all() and (free & (beta < 3.1)).any() and (p[~free] > 1.0 - tails.P95).any()
+
+
+def test_tpot_bracket_from_the_extreme_inverse_lives_equals_every_spread():
+    """tpot_bracket (with spread parts >= 0: the spreads of the smallest and largest inverse
+    lives only) equals mixture_p95_bracket of every stratum's spread, bit for bit; with a
+    negative or NaN part somewhere (every spread then) too."""
+    rng = np.random.default_rng(12)
+    n = 5000
+    inverse = tuple(np.asarray(v) for v in (0.02, 0.5, 0.004, 0.1))        # not in order
+    state = {"tpot_mean_s": rng.uniform(0.005, 0.05, n), "tpot_common": 10.0 ** rng.uniform(-12, -2, n),
+             "tpot_per_inv": np.where(rng.random(n) < 0.05, 0.0, 10.0 ** rng.uniform(-12, -1, n))}
+    state["tpot_common"][:50] = 0.0
+    odd = dict(state, tpot_common=np.where(rng.random(n) < 0.01, rng.choice([-1e-5, np.nan, np.inf], n),
+                                           state["tpot_common"]))
+    for s in (state, odd):
+        with np.errstate(invalid="ignore"):
+            ref = tails.mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * v) for v in inverse])
+        got = replica_state.tpot_bracket(s, inverse)
+        assert all(a.tobytes() == (s["tpot_mean_s"] + b if b.dtype == float else b).tobytes()
+                   for a, b in zip(got, ref))
