@@ -235,14 +235,15 @@ def decode_slots(d: DisaggArrays, t: TrafficArrays) -> np.ndarray:
     return np.minimum(d.decode.batch, max_concurrency(d.decode, d.decode_params, ctx)).astype(float)
 
 
-def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None = None,
+def decode_state(d: DisaggArrays | None, t: TrafficArrays, n, steps: StepModel | None = None,
                  slots=None) -> dict:
     """One decode replica at mean occupancy ``n`` (decode-only steps).
 
     Returns arrays: ``rate_per_s`` (per replica), ``tpot_mean_s``, ``tpot_p95_s``,
     ``slot_wait_p95_s``, ``burst``, ``stable``. ``steps`` / ``slots``: the decode side's
     :class:`StepModel` and :func:`decode_slots` when the caller has them (a bisection
-    asks for many occupancies of the same replicas).
+    asks for many occupancies of the same replicas); with both, ``d`` is not read (None:
+    a bisection's rows take no configuration arrays).
 
     Notes
     -----
