@@ -129,8 +129,8 @@ def _with_rate_free_terms(svc: dict, d: disagg.DisaggArrays | None) -> dict:
         return svc
     with np.errstate(invalid="ignore", over="ignore"):
         own_dev = np.maximum(svc["p95_own_s"] - svc["mean_own_s"], 0.0)
-        return dict(svc, cv2=disagg.service_cv2(svc["mean_s"], svc["second_moment_s2"]), own_dev2_s2=own_dev ** 2,
-                    request_overhead_s=d.prefill_params.request_overhead_s)
+        return dict(svc, cv2=disagg.service_cv2(svc["mean_s"], svc["second_moment_s2"]),
+                    own_dev2_s2=own_dev ** 2, request_overhead_s=d.prefill_params.request_overhead_s)
 
 
 def prefill_capacities(d: disagg.DisaggArrays, t: TrafficArrays, budgets_s, svc: dict | None = None) -> list:

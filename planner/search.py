@@ -348,12 +348,14 @@ def _role_copy_capacities(problem: Problem, workload, arrays: ConfigArrays, para
         and decode: one). Speed (the same rows, in the same order): the prefill rows' are
         found among the others' (rows equal in every field are equal in their key)."""
         if kind not in distinct:
-            top_first, top_inverse, top_params, top_arrays = rows_of(False) if kind else (None, None, params, arrays)
+            top_first, top_inverse, top_params, top_arrays = (rows_of(False) if kind
+                                                              else (None, None, params, arrays))
             key_arrays = disagg_roles.capacity_key("prefill", top_arrays) if kind else arrays
             first, inverse = distinct_configs(key_arrays, top_params)
             every = len(first) == len(np.atleast_1d(top_arrays.tp))   # each row its own: the rows as they are
             values = (top_params, top_arrays) if every else (top_params.take(first), top_arrays.take(first))
-            distinct[kind] = (top_first[first], inverse[top_inverse], *values) if kind else (first, inverse, *values)
+            distinct[kind] = ((top_first[first], inverse[top_inverse], *values) if kind
+                              else (first, inverse, *values))
         return distinct[kind]
 
     for r, role in enumerate(roles):
@@ -392,7 +394,8 @@ def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArr
 
 def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: ServingParams,
                       tpot_cap_s: float | None = None, ttft_cap_s: float | None = None,
-                      arrays=None, margins: Margins | None = None, traffic: TrafficArrays | None = None) -> dict:
+                      arrays=None, margins: Margins | None = None,
+                      traffic: TrafficArrays | None = None) -> dict:
     """Capacity at SLO of configuration ``rows`` for one workload.
 
     ``tpot_cap_s`` / ``ttft_cap_s`` tighten the workload's SLOs (Pareto sweeps). Returns

@@ -269,7 +269,8 @@ def decode_state(d: DisaggArrays | None, t: TrafficArrays, n, steps: StepModel |
         slots = decode_slots(d, t) if slots is None else slots
         holding = out_m1 * tau
         offered = rate * holding
-        slot_wait = halfin_whitt_wait_p95(slots, offered, burst, holding / np.maximum(slots - offered, 1e-300))
+        slot_wait = halfin_whitt_wait_p95(slots, offered, burst,
+                                          holding / np.maximum(slots - offered, 1e-300))
     stable = (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": tpot_p95, "slot_wait_p95_s": slot_wait,
             "burst": burst, "stable": stable}

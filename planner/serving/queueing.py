@@ -150,13 +150,14 @@ def _result(slo, n_star: np.ndarray, final: dict, trickle: dict) -> dict:
     trickle's state (which SLO a trickle of load already misses)."""
     ttft_slo, tpot_slo = slo
     rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
-    first = np.where(trickle["ttft_p95_s"] > ttft_slo, "ttft", np.where(trickle["tpot_p95_s"] > tpot_slo, "tpot", ""))
+    first = np.where(trickle["ttft_p95_s"] > ttft_slo, "ttft",
+                     np.where(trickle["tpot_p95_s"] > tpot_slo, "tpot", ""))
     return {"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
             "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first}
 
 
-def _stacked_capacities(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int, model: StepModel,
-                        n_max: np.ndarray, never: list | None) -> list[dict]:
+def _stacked_capacities(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int,
+                        model: StepModel, n_max: np.ndarray, never: list | None) -> list[dict]:
     """:func:`_capacities_at_slos` of rows that are their own (one-dimensional, scalar
     traffic): every pair's bisection in one, on the pairs' rows stacked (each pair's rows
     but its ``never`` ones, with its SLOs as arrays; the same numbers per row, whichever
@@ -172,8 +173,8 @@ def _stacked_capacities(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     chunk, overhead = p.prefill_chunk_tokens, p.request_overhead_s
     bounds = tuple(np.concatenate([np.broadcast_to(np.asarray(pair[k], dtype=float), (size,))[r]
                                    for pair, r in zip(slos, rows)]) for k in (0, 1))
-    kept, good = _stacked_bisection(model if whole else model.take(at), t, steps, n_max if whole else n_max[at],
-                                    chunk if whole else param_rows(chunk, at),
+    kept, good = _stacked_bisection(model if whole else model.take(at), t, steps,
+                                    n_max if whole else n_max[at], chunk if whole else param_rows(chunk, at),
                                     overhead if whole else param_rows(overhead, at), bounds)
     per_pair, start = [], 0
     for r in rows:        # each pair's kept states on all its rows (0 where never met)

@@ -218,14 +218,15 @@ ROWS_SUBSET_MAX_SHARE = 0.75
 
 
 def _on_rows(fn, terms: tuple, rows: np.ndarray) -> np.ndarray:
-    """``fn(*terms)`` (element-wise; 1-D arrays of the rows' length, or numbers) at the rows
-    of the mask ``rows``: on those rows only (+inf elsewhere) when they are few enough."""
+    """``fn(*terms)`` (element-wise; 1-D arrays of the rows' length, or arrays and numbers
+    that broadcast against them) at the rows of the 1-D mask ``rows``: on those rows only
+    (+inf elsewhere) when they are few enough."""
     at = np.flatnonzero(rows)
     if at.size > ROWS_SUBSET_MAX_SHARE * rows.size:
         return fn(*terms)
     out = np.full(rows.shape, np.inf)
     if at.size:
-        out[at] = fn(*[v[at] if np.ndim(v) == 1 else v for v in terms])
+        out[at] = fn(*[v[at] if np.shape(v) == rows.shape else v for v in terms])
     return out
 
 
@@ -242,7 +243,8 @@ def _ttft_p95(rate, service, service2, s_full, s_d, rho, service_p95, slots, bur
         w_mean = np.where(rho < 1.0, rate * service2 / (2.0 * (1.0 - rho)), np.inf)
         w_p95 = exponential_tail_p95(rho, w_mean / np.maximum(rho, 1e-300))
         # Slots: M/M/c with the bursty occupancy's variance (Halfin-Whitt).
-        w_slot = halfin_whitt_wait_p95(slots, offered, burst2, time_in_system / np.maximum(slots - offered, 1e-300))
+        w_slot = halfin_whitt_wait_p95(slots, offered, burst2,
+                                       time_in_system / np.maximum(slots - offered, 1e-300))
         # Residual, prefill queue and slot wait are positively correlated (busy periods
         # bring all three): their deviations combine with correlation QUEUE_CORRELATION;
         # the own prefill is independent of them.
@@ -261,7 +263,8 @@ def tpot_bracket(s: dict, inverse_lives) -> tuple:
     the smallest and largest are those of the smallest and largest inverse lives."""
     common, per_inv = s["tpot_common"], s["tpot_per_inv"]
     lives = inverse_lives
-    if len(lives) > 2 and all(np.ndim(v) == 0 for v in lives) and (common >= 0.0).all() and (per_inv >= 0.0).all():
+    if (len(lives) > 2 and all(np.ndim(v) == 0 for v in lives) and (common >= 0.0).all()
+            and (per_inv >= 0.0).all()):
         lives = (min(lives, key=float), max(lives, key=float))
     with np.errstate(invalid="ignore", over="ignore"):
         low, high, sure = mixture_p95_bracket([np.sqrt(common + per_inv * inv) for inv in lives])

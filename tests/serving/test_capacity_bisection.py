@@ -268,7 +268,8 @@ def test_mixture_offset_of_rows_at_the_floor_equals_one_pass():
         for steps in (1, 2):
             for case in cases:
                 got, ref = tails.mixture_p95_offset(case, steps), _plain_mixture_offset(case, steps)
-                assert np.shape(got) == np.shape(ref) and np.asarray(got).tobytes() == np.asarray(ref).tobytes()
+                assert np.shape(got) == np.shape(ref)
+                assert np.asarray(got).tobytes() == np.asarray(ref).tobytes()
         assert zero.any() and np.isnan(_plain_mixture_offset([np.zeros(3)])).all()   # why zero rows are "no"s
 
 
@@ -317,7 +318,8 @@ def test_halfin_whitt_wait_p95_equals_the_tail_of_the_full_wait_probability(monk
                      tuple(x[:n // 100 * 100].reshape(100, -1) for x in (c, a, v, mean))):
             expected = tails.exponential_tail_p95(tails.erlang_c_halfin_whitt(*args[:3]), args[3])
             got = tails.halfin_whitt_wait_p95(*args)
-            assert np.shape(got) == np.shape(expected) and np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+            assert np.shape(got) == np.shape(expected)
+            assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
         beta = (c - a) / np.sqrt(np.maximum(a * v, 1e-300))
         p = tails.erlang_c_halfin_whitt(c, a, v)
     free = beta >= tails.WAIT_FREE_BETA
@@ -338,7 +340,17 @@ def test_tpot_bracket_from_the_extreme_inverse_lives_equals_every_spread():
                                            state["tpot_common"]))
     for s in (state, odd):
         with np.errstate(invalid="ignore"):
-            ref = tails.mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * v) for v in inverse])
+            ref = tails.mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * v)
+                                             for v in inverse])
         got = replica_state.tpot_bracket(s, inverse)
         assert all(a.tobytes() == (s["tpot_mean_s"] + b if b.dtype == float else b).tobytes()
                    for a, b in zip(got, ref))
+
+
+def test_on_rows_broadcasts_the_terms_that_are_not_per_row():
+    """_on_rows takes the per-row terms at the rows and broadcasts 1-element arrays and
+    numbers: the rows' values of the full computation, +inf elsewhere."""
+    rng = np.random.default_rng(13)
+    a, one, rows = rng.random(50), np.array([2.5]), rng.random(50) < 0.3
+    got = replica_state._on_rows(lambda x, y, z: x * y + z, (a, one, 1.0), rows)
+    assert got.tobytes() == np.where(rows, a * one + 1.0, np.inf).tobytes()
