@@ -38,6 +38,10 @@ def capacity_at_slo(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo_ttf
     return capacities_at_slos(c, p, t, [(slo_ttft_p95_s, slo_tpot_p95_s)], steps, model)[0]
 
 
+#: Share of the rows at which a second SLO pair's state (its occupancies differ from the
+#: first pair's there) is computed on every row rather than on those rows (taking the
+#: rows' step model and merging costs more than the few rows more; the numbers are the same).
+FULL_STATE_SHARE = 0.9
 #: Rows per thread below which the capacity bisection does not share its rows between
 #: threads (:mod:`planner.serving.parallel`): shorter numpy calls leave the GIL-held
 #: Python between them too large a share.
@@ -45,8 +49,7 @@ THREAD_MIN_ROWS = 4096
 
 
 #: Share of the rows at least that no occupancy can serve (:func:`_never_met`) for
-#: :func:`capacities_at_slos` to set them apart when it shares the other rows between
-#: threads (a take of the arrays costs about a state).
+#: :func:`capacities_at_slos` to set them apart (a take of the arrays costs about a state).
 SETTLED_MIN_SHARE = 0.05
 
 
@@ -62,9 +65,9 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     """:func:`capacity_at_slo` of each ``(slo_ttft_p95_s, slo_tpot_p95_s)`` pair of ``slos``.
 
     Each pair has its own bisection on n (the same steps, the same numbers as one call per
-    pair), all in one on the pairs' rows stacked (:func:`_stacked_capacities`; speed: the
-    search's central and margined SLOs); rows where no occupancy meets a pair
-    (:func:`_never_met`) take no bisection state for it.
+    pair); a state that several pairs need at the same occupancy of a row (the top and the
+    trickle, the first steps before the pairs' decisions part) is computed once, and the
+    others on the rows where they differ only (speed: the search's central and margined SLOs).
     Rows (one-dimensional, scalar SLOs and traffic) are bisected in contiguous ranges by
     :func:`planner.serving.parallel.thread_count` threads: every row's numbers are its own,
     whichever range holds it.
@@ -78,10 +81,7 @@ def capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos
     settled = np.logical_and.reduce(never)
     if not (steps and settled.sum() >= max(SETTLED_MIN_SHARE * settled.size, 1)):
         return _in_threads(c, p, t, slos, steps, model, n_max, never)
-    if len(row_ranges(settled.size - int(settled.sum()), thread_count(), THREAD_MIN_ROWS)) < 2:
-        # (one thread: no take; the bisection computes no state on rows no pair can meet)
-        return _capacities_at_slos(c, p, t, slos, steps, model, n_max, never)
-    # Rows no occupancy serves for any pair, set apart: their n = 0 and trickle states only.
+    # Rows no occupancy serves for any pair: their top, n = 0 and trickle states only.
     out = []
     for rows, part_steps in ((np.flatnonzero(~settled), steps), (np.flatnonzero(settled), 0)):
         if rows.size:
@@ -120,115 +120,103 @@ def _scalar_traffic(t: TrafficArrays) -> bool:
 def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int,
                         model: StepModel | None, n_max: np.ndarray, never: list | None = None) -> list[dict]:
     """:func:`capacities_at_slos` in this thread (``n_max``: ``_n_max(c, p)``; ``never``: per
-    pair, rows where no occupancy meets it (:func:`_never_met`): their decisions all "no",
-    they take no bisection state)."""
+    pair, rows where no occupancy meets it (:func:`_never_met`): the pairs after the first
+    take no state there, their decisions all "no")."""
     steps_model = model or step_model(c, p, t)
     shapes = [np.broadcast_shapes(n_max.shape, np.shape(a), np.shape(b), np.shape(t.prompt_mean_tokens))
               for a, b in slos]
-    if n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and _scalar_traffic(t):
-        return _stacked_capacities(c, p, t, slos, steps, steps_model, n_max, never)
-    chunk, overhead = p.prefill_chunk_tokens, p.request_overhead_s
-    out = []
-    for slo, shape in zip(slos, shapes):     # rows that are not their own: each pair in full
-        def good(n, slo=slo):
-            return _meets(_state_parts(steps_model, t, n, n_max, chunk, overhead), slo, t.output_strata_inv)
+    shared = n_max.ndim == 1 and all(s == n_max.shape for s in shapes) and _scalar_traffic(t)
 
-        lo, hi = np.zeros(shape), np.broadcast_to(n_max, shape).astype(float)
-        top_ok = good(hi)
-        for _ in range(steps):
-            mid = 0.5 * (lo + hi)
-            g = good(mid)
-            lo, hi = np.where(g, mid, lo), np.where(g, hi, mid)
-        n_star = np.where(top_ok, np.broadcast_to(n_max, shape), lo)
-        out.append(_result(slo, n_star, state_at_occupancy(c, p, t, n_star, steps_model, n_max),
-                           state_at_occupancy(c, p, t, np.full(shape, 1e-6), steps_model, n_max)))
-    return out
-
-
-def _result(slo, n_star: np.ndarray, final: dict, trickle: dict) -> dict:
-    """:func:`capacity_at_slo`'s arrays of one SLO pair from its n*, the state there and the
-    trickle's state (which SLO a trickle of load already misses)."""
-    ttft_slo, tpot_slo = slo
-    rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
-    first = np.where(trickle["ttft_p95_s"] > ttft_slo, "ttft",
-                     np.where(trickle["tpot_p95_s"] > tpot_slo, "tpot", ""))
-    return {"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
-            "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first}
-
-
-def _stacked_capacities(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slos, steps: int,
-                        model: StepModel, n_max: np.ndarray, never: list | None) -> list[dict]:
-    """:func:`_capacities_at_slos` of rows that are their own (one-dimensional, scalar
-    traffic): every pair's bisection in one, on the pairs' rows stacked (each pair's rows
-    but its ``never`` ones, with its SLOs as arrays; the same numbers per row, whichever
-    rows a state call holds). Speed: one state call per step for every pair, no take or
-    merge per step. The state at each row's n* is kept as the bisection passes it (the
-    last good mid; the top where it is good) instead of computed again; only rows that no
-    mid satisfied get their state at n* = 0 (once for every pair); the TPOT p95 of the kept
-    states once at the end; the trickle's state once for every pair."""
-    size = n_max.size
-    rows = [np.arange(size) if never is None else np.flatnonzero(~m) for m in (never or slos)]
-    at = np.concatenate(rows)
-    whole = at.size == size and len(rows) == 1        # (the rows as they are: no take)
-    chunk, overhead = p.prefill_chunk_tokens, p.request_overhead_s
-    bounds = tuple(np.concatenate([np.broadcast_to(np.asarray(pair[k], dtype=float), (size,))[r]
-                                   for pair, r in zip(slos, rows)]) for k in (0, 1))
-    kept, good = _stacked_bisection(model if whole else model.take(at), t, steps,
-                                    n_max if whole else n_max[at], chunk if whole else param_rows(chunk, at),
-                                    overhead if whole else param_rows(overhead, at), bounds)
-    per_pair, start = [], 0
-    for r in rows:        # each pair's kept states on all its rows (0 where never met)
-        part = slice(start, start + r.size)
-        start += r.size
-        per_pair.append(({key: _spread(size, r, value[part]) for key, value in kept.items()},
-                         _spread(size, r, good[part], bool)))
-
-    def at_zero(zero_rows):
-        return _state_parts(model.take(zero_rows), t, np.zeros(zero_rows.size), n_max[zero_rows],
-                            param_rows(chunk, zero_rows), param_rows(overhead, zero_rows))
-
-    finals = _finals(per_pair, at_zero, t.output_strata_inv)
+    # The trickle's states take their TPOT p95 only where the loosest pair may be met.
     scalar_slos = all(np.ndim(x) == 0 for pair in slos for x in pair)
-    loosest = (max(a for a, _ in slos), max(b for _, b in slos)) if scalar_slos else None
-    trickle = state_at_occupancy(c, p, t, np.full(size, 1e-6), model, n_max, loosest)
-    return [_result(slo, final["occupancy"], final, trickle) for slo, final in zip(slos, finals)]
+    loosest = (max(a for a, _ in slos), max(b for _, b in slos)) if shared and scalar_slos else None
 
+    chunk, overhead = p.prefill_chunk_tokens, p.request_overhead_s
+    # A bisection's states take their TTFT p95 only where the loosest TPOT SLO may be met
+    # (_state_parts; no pair's decision reads it elsewhere): the pairs share them.
+    bound = None if loosest is None else loosest[1]
 
-def _spread(size: int, rows: np.ndarray, values: np.ndarray, dtype=float) -> np.ndarray:
-    """``values`` at positions ``rows`` of ``size`` zeros (False)."""
-    out = np.zeros(size, dtype=dtype)
-    out[rows] = values
+    def state(n, within=None, parts=True):
+        if parts:   # a bisection's state: its decisions need no TPOT p95 (see _meets)
+            return _state_parts(steps_model, t, n, n_max, chunk, overhead, bound)
+        return state_at_occupancy(c, p, t, n, steps_model, n_max, within)
+
+    def rows_state(rows, n, bisection=True):      # the parts of the state of rows ``rows`` only
+        return _state_parts(steps_model.take(rows), t, n, n_max[rows], param_rows(chunk, rows),
+                            param_rows(overhead, rows), bound if bisection else None)
+
+    def states(ns, within=None, parts=True):
+        if not shared:
+            return [state(n, within, parts) for n in ns]
+        out = [state(ns[0], within, parts)]
+        for j, n in enumerate(ns[1:], 1):
+            differ = np.flatnonzero(~(n == ns[0]) if never is None else ~(n == ns[0]) & ~never[j])
+            if not differ.size:
+                out.append(out[0])
+            elif differ.size >= FULL_STATE_SHARE * n.size:   # the take and merge would cost more
+                out.append(state(n, within, parts))
+            else:
+                sub = (rows_state(differ, n[differ]) if parts else
+                       state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
+                                          steps_model.take(differ), n_max[differ], within))
+                out.append(_merged(out[0], sub, differ))
+        return out
+
+    def ok(s, slo, j):
+        met = _meets(s, slo, t.output_strata_inv)
+        return met if never is None else met & ~never[j]
+
+    los = [np.zeros(shape) for shape in shapes]
+    his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
+    hopeless = never is not None and all(m.all() for m in never)    # (no pair met anywhere: no top state)
+    tops = None if hopeless else states(his)
+    top_ok = ([np.zeros(shape, dtype=bool) for shape in shapes] if hopeless
+              else [ok(s, slo, j) for j, (s, slo) in enumerate(zip(tops, slos))])
+    # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
+    # the bisection passes it (the last good mid; the top where it is good) instead of
+    # computed again; only rows that no mid satisfied get their state at n* = 0; the TPOT
+    # p95 of the kept states once at the end.
+    kept = [{key: np.zeros(shape) for key in _KEPT_KEYS} for shape in shapes] if shared else None
+    ever = [np.zeros(shape, dtype=bool) for shape in shapes]
+    for _ in range(steps):
+        mids = [0.5 * (lo + hi) for lo, hi in zip(los, his)]
+        at_mids = states(mids)
+        good = [ok(s, slo, j) for j, (s, slo) in enumerate(zip(at_mids, slos))]
+        los = [np.where(g, mid, lo) for g, mid, lo in zip(good, mids, los)]
+        his = [np.where(g, hi, mid) for g, mid, hi in zip(good, mids, his)]
+        if kept is not None:
+            for keep, s, g, e in zip(kept, at_mids, good, ever):
+                for key in _KEPT_KEYS:
+                    np.copyto(keep[key], s[key], where=g)
+                e |= g
+    n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
+    finals = states(n_stars, parts=False) if kept is None else _finals(
+        kept, tops, top_ok, ever, lambda rows: rows_state(rows, np.zeros(rows.size), bisection=False),
+        t.output_strata_inv, n_stars)
+    trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest, parts=False)   # which SLO fails at a trickle
+    out = []
+    for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
+        rate = np.where(n_star > 0, final["rate_per_s"], 0.0)
+        first = np.where(trickle["ttft_p95_s"] > ttft_slo, "ttft",
+                         np.where(trickle["tpot_p95_s"] > tpot_slo, "tpot", ""))
+        out.append({"max_rate_per_s": np.nan_to_num(rate), "ttft_p95_s": final["ttft_p95_s"],
+                    "tpot_p95_s": final["tpot_p95_s"], "occupancy": n_star, "slo_violated_at_low_load": first})
     return out
 
 
-def _stacked_bisection(model: StepModel, t: TrafficArrays, steps: int, slots: np.ndarray, chunk, overhead,
-                       slos: tuple) -> tuple:
-    """The bisection on n of rows with their own SLO arrays ``slos = (ttft_s, tpot_s)``:
-    per row its kept state at n* (:data:`_KEPT_KEYS` and ``occupancy``, 0 where no state
-    was good) and whether one was (the top or a mid)."""
-    kept = {key: np.zeros(slots.size) for key in _KEPT_KEYS}
-    if not slots.size:
-        return dict(kept, occupancy=np.zeros(0)), np.zeros(0, dtype=bool)
-
-    def state(n):
-        return _state_parts(model, t, n, slots, chunk, overhead, slos[1])
-
-    lo, hi = np.zeros(slots.size), slots.astype(float)
-    top = state(hi)
-    top_ok = _meets(top, slos, t.output_strata_inv)
-    ever = np.zeros(slots.size, dtype=bool)
-    for _ in range(steps):
-        mid = 0.5 * (lo + hi)
-        at_mid = state(mid)
-        g = _meets(at_mid, slos, t.output_strata_inv)
-        lo, hi = np.where(g, mid, lo), np.where(g, hi, mid)
-        for key in _KEPT_KEYS:
-            np.copyto(kept[key], at_mid[key], where=g)
-        ever |= g
-    for key in _KEPT_KEYS:
-        np.copyto(kept[key], top[key], where=top_ok)
-    kept["occupancy"] = np.where(top_ok, slots, lo)
-    return kept, top_ok | ever
+def _merged(state: dict, sub: dict, rows: np.ndarray) -> dict:
+    """A copy of the state ``state`` with ``sub`` (the same entries, of rows ``rows``) at
+    those rows (the TPOT bracket's three arrays each)."""
+    out = {}
+    for key, value in state.items():
+        if key == "_tpot_bracket":
+            out[key] = tuple(v.copy() for v in value)
+            for whole, part in zip(out[key], sub[key]):
+                whole[rows] = part
+        else:
+            out[key] = value.copy()
+            out[key][rows] = sub[key]
+    return out
 
 
 def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
@@ -237,7 +225,7 @@ def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
     p95s, bit for bit. The TPOT p95, tau + the mixture's offset, is decided by the bracket
     the offset lies in (:func:`planner.serving.tails.mixture_p95_bracket`: within the SLO
     at its top, above it at its bottom); the mixture only on the rows it leaves open."""
-    if "_tpot_bracket" not in s:    # (a bisection's state has it: :func:`_state_parts`)
+    if "_tpot_bracket" not in s:    # (the same state serves the pairs at the same occupancy)
         s["_tpot_bracket"] = tpot_bracket(s, inverse_lives)
     low, high, sure = s["_tpot_bracket"]
     ttft_slo, tpot_slo = slo
@@ -256,26 +244,27 @@ def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
 _KEPT_KEYS = ("rate_per_s", "ttft_p95_s", "stable", "tpot_mean_s", "tpot_common", "tpot_per_inv")
 
 
-def _finals(per_pair: list, at_zero, inverse_lives) -> list[dict]:
-    """Per SLO pair, from ``(kept, good)`` (:func:`_stacked_bisection`'s on all rows), the
-    kept states at n*, elsewhere ``at_zero(rows)`` (the state at n = 0 of those rows,
-    computed once for every pair); with their TPOT p95 (as :func:`state_at_occupancy`'s),
-    the first pair's where a pair's n* is the first's (the same state)."""
-    rows = np.flatnonzero(np.logical_or.reduce([~good for _, good in per_pair]))
+def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero, inverse_lives, n_stars: list) -> list[dict]:
+    """Per SLO pair, the kept states at n*: the top's where it is good, the last good mid's
+    where one was, elsewhere ``at_zero(rows)`` (the state at n = 0 of those rows, computed
+    once for every pair); with their TPOT p95 (as :func:`state_at_occupancy`'s), the first
+    pair's where a pair's n* is the first's (the same state)."""
+    zero_rows = [~(top | e) for top, e in zip(top_ok, ever)]
+    rows = np.flatnonzero(np.logical_or.reduce(zero_rows))
     zero = at_zero(rows) if rows.size else None
-    first = per_pair[0][0]
-    for j, (keep, good) in enumerate(per_pair):
-        if zero is not None:
-            need = ~good[rows]
-            for key in _KEPT_KEYS:
-                keep[key][rows] = np.where(need, zero[key], keep[key][rows])
-        own = None if j == 0 else ~(keep["occupancy"] == first["occupancy"])
+    for j, (keep, top, ok_top, need) in enumerate(zip(kept, tops or [None] * len(kept), top_ok, zero_rows)):
+        for key in _KEPT_KEYS:
+            if top is not None:     # (None: no top state, none good)
+                np.copyto(keep[key], top[key], where=ok_top)
+            if zero is not None:
+                keep[key][rows] = np.where(need[rows], zero[key], keep[key][rows])
+        own = None if j == 0 else ~(n_stars[j] == n_stars[0])
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot_p95 = _tpot_p95(keep["tpot_mean_s"], keep["tpot_common"], keep["tpot_per_inv"], inverse_lives, own)
         keep["tpot_p95_s"] = np.where(keep["stable"], tpot_p95, np.inf)
         if own is not None:
-            np.copyto(keep["tpot_p95_s"], first["tpot_p95_s"], where=~own)
-    return [keep for keep, _ in per_pair]
+            np.copyto(keep["tpot_p95_s"], kept[0]["tpot_p95_s"], where=~own)
+    return kept
 
 
 #: Most bisection levels :func:`state_at_rate` decides per state call (2^levels - 1
