@@ -104,19 +104,33 @@ def _spread(shape, todo, values, fill) -> list:
     return out
 
 
-def prefill_ttft_p95_s(d: disagg.DisaggArrays, t: TrafficArrays, rate_per_s,
+def prefill_ttft_p95_s(d: disagg.DisaggArrays | None, t: TrafficArrays, rate_per_s,
                        svc: dict | None = None) -> np.ndarray:
     """The prefill part of TTFT_95 at ``rate_per_s`` on one prefill replica [s] (inf when
     overloaded): W_mean + E[S + X] + sqrt((W_95 - W_mean)^2 + (S_95 + X_95 - E[S + X])^2)
     + request overhead (section 14.2 without the decode terms). ``svc``: the
-    :func:`planner.serving.disagg.prefill_service` of ``d`` when the caller has it."""
-    svc = disagg.prefill_service(d, t) if svc is None else svc
-    queue = disagg.prefill_queue(1.0, rate_per_s, svc["mean_s"], svc["second_moment_s2"])
+    :func:`planner.serving.disagg.prefill_service` of ``d`` when the caller has it (with
+    :func:`_with_rate_free_terms`' terms: ``d`` not read, None in a bisection)."""
+    svc = _with_rate_free_terms(disagg.prefill_service(d, t) if svc is None else svc, d)
+    queue = disagg.prefill_queue(1.0, rate_per_s, svc["mean_s"], svc["second_moment_s2"], svc["cv2"])
+    with np.errstate(invalid="ignore", over="ignore"):
+        dev = np.sqrt((queue["p95_s"] - queue["mean_s"]) ** 2 + svc["own_dev2_s2"])
+        ttft = queue["mean_s"] + svc["mean_own_s"] + dev + svc["request_overhead_s"]
+    return np.where(queue["utilization"] < 1.0, ttft, np.inf)
+
+
+def _with_rate_free_terms(svc: dict, d: disagg.DisaggArrays | None) -> dict:
+    """``svc`` with the terms of :func:`prefill_ttft_p95_s` that do not depend on the rate
+    (speed: a bisection on the rate computes them once, on its rows, and takes no arrays of
+    ``d``): ``cv2`` (:func:`planner.serving.disagg.service_cv2`), ``own_dev2_s2``, the square
+    of the own prefill's and transfer's deviation (p95 - mean, at least 0), and ``d``'s
+    ``request_overhead_s``; ``svc`` itself where it has them (``d`` then not read)."""
+    if "cv2" in svc:
+        return svc
     with np.errstate(invalid="ignore", over="ignore"):
         own_dev = np.maximum(svc["p95_own_s"] - svc["mean_own_s"], 0.0)
-        dev = np.sqrt((queue["p95_s"] - queue["mean_s"]) ** 2 + own_dev ** 2)
-        ttft = queue["mean_s"] + svc["mean_own_s"] + dev + d.prefill_params.request_overhead_s
-    return np.where(queue["utilization"] < 1.0, ttft, np.inf)
+        return dict(svc, cv2=disagg.service_cv2(svc["mean_s"], svc["second_moment_s2"]),
+                    own_dev2_s2=own_dev ** 2, request_overhead_s=d.prefill_params.request_overhead_s)
 
 
 def prefill_capacities(d: disagg.DisaggArrays, t: TrafficArrays, budgets_s, svc: dict | None = None) -> list:
@@ -130,20 +144,19 @@ def prefill_capacities(d: disagg.DisaggArrays, t: TrafficArrays, budgets_s, svc:
     every row): a row whose trickle misses a budget has rate 0 there whatever its
     bisection finds, so only the other rows are bisected.
     """
-    svc = disagg.prefill_service(d, t) if svc is None else svc
+    svc = _with_rate_free_terms(disagg.prefill_service(d, t) if svc is None else svc, d)
     shape = np.shape(svc["mean_s"])
     trickle = prefill_ttft_p95_s(d, t, np.zeros(shape), svc)
     todo, rows, budget = _rows_of(shape, budgets_s, lambda b: ~(trickle <= b))
     flat = int(np.prod(shape))
-    sub = d.take(rows)
-    sub_svc = {key: _flat(value, flat)[rows] for key, value in svc.items()}
+    sub_svc = {key: _flat(value, flat)[rows] for key, value in svc.items()}   # (all the rows' states read)
     hi = (1.0 / sub_svc["mean_s"]).astype(float)
     lo = np.zeros_like(hi)
     for _ in range(PREFILL_BISECTION_STEPS):
         mid = 0.5 * (lo + hi)
-        ok = prefill_ttft_p95_s(sub, t, mid, sub_svc) <= budget
+        ok = prefill_ttft_p95_s(None, t, mid, sub_svc) <= budget
         lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    ttft = np.where(lo > 0, prefill_ttft_p95_s(sub, t, lo, sub_svc), _flat(trickle, flat)[rows])
+    ttft = np.where(lo > 0, prefill_ttft_p95_s(None, t, lo, sub_svc), _flat(trickle, flat)[rows])
     rates = _spread(shape, todo, lo, np.zeros(shape))
     ttfts = _spread(shape, todo, ttft, trickle)
     return [{"rate_per_s": r, "ttft_p95_s": x} for r, x in zip(rates, ttfts)]
@@ -171,14 +184,14 @@ def decode_capacities(d: disagg.DisaggArrays, t: TrafficArrays, tpot_slos_s, slo
     trickle = disagg.decode_state(d, t, np.full(shape, 1e-9), model, slots)["tpot_p95_s"]
     floor = np.where(model.monotone_rows(), model.time(np.zeros(shape)), -np.inf)
     todo, rows, bound = _rows_of(shape, tpot_slos_s, lambda slo: floor > slo)
-    sub, sub_model, sub_slots = d.take(rows), model.take(rows), _flat(slots, flat)[rows]
+    sub_model, sub_slots = model.take(rows), _flat(slots, flat)[rows]   # (the states read no other arrays)
 
     def good(n):
-        s = disagg.decode_state(sub, t, n, sub_model, sub_slots)
+        s = disagg.decode_state(None, t, n, sub_model, sub_slots)
         return s["stable"] & (s["tpot_p95_s"] <= bound) & (s["slot_wait_p95_s"] <= slot_wait_s)
 
     n = _largest_occupancy(sub_slots, good, (), steps)
-    state = disagg.decode_state(sub, t, n, sub_model, sub_slots)
+    state = disagg.decode_state(None, t, n, sub_model, sub_slots)
     rate = np.where(n > 0, np.nan_to_num(state["rate_per_s"]), 0.0)
     tpot = np.where(n > 0, state["tpot_p95_s"], _flat(trickle, flat)[rows])
     rates = _spread(shape, todo, rate, np.zeros(shape))

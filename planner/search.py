@@ -342,15 +342,24 @@ def _role_copy_capacities(problem: Problem, workload, arrays: ConfigArrays, para
     n, size = len(np.atleast_1d(arrays.tp)), len(roles)
     out: dict = {}
     distinct: dict = {}
+
+    def rows_of(kind: bool) -> tuple:
+        """The distinct rows of a kind (prefill: True) and their values, once per kind (both
+        and decode: one). Speed (the same rows, in the same order): the prefill rows' are
+        found among the others' (rows equal in every field are equal in their key)."""
+        if kind not in distinct:
+            top_first, top_inverse, top_params, top_arrays = (rows_of(False) if kind
+                                                              else (None, None, params, arrays))
+            key_arrays = disagg_roles.capacity_key("prefill", top_arrays) if kind else arrays
+            first, inverse = distinct_configs(key_arrays, top_params)
+            every = len(first) == len(np.atleast_1d(top_arrays.tp))   # each row its own: the rows as they are
+            values = (top_params, top_arrays) if every else (top_params.take(first), top_arrays.take(first))
+            distinct[kind] = ((top_first[first], inverse[top_inverse], *values) if kind
+                              else (first, inverse, *values))
+        return distinct[kind]
+
     for r, role in enumerate(roles):
-        kind = role == "prefill"
-        if kind not in distinct:   # the distinct rows and their values, once per kind (both and decode: one)
-            key_arrays = disagg_roles.capacity_key(role, arrays) if kind else arrays
-            first, inverse = distinct_configs(key_arrays, params)
-            every = len(first) == n   # each row its own (first = 0, 1, ...): the rows as they are
-            distinct[kind] = (first, inverse, params if every else params.take(first),
-                              arrays if every else arrays.take(first))
-        first, inverse, first_params, first_arrays = distinct[kind]
+        first, inverse, first_params, first_arrays = rows_of(role == "prefill")
         got = _role_capacity(problem, role, pd.DataFrame(index=pd.RangeIndex(len(first))), workload,
                              first_params, first_arrays, traffic, workload.slo.ttft_p95_s,
                              workload.slo.tpot_p95_s, margins, scale_out)
@@ -385,7 +394,8 @@ def workload_arrays(problem: Problem, rows: pd.DataFrame, workload) -> ConfigArr
 
 def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: ServingParams,
                       tpot_cap_s: float | None = None, ttft_cap_s: float | None = None,
-                      arrays=None, margins: Margins | None = None) -> dict:
+                      arrays=None, margins: Margins | None = None,
+                      traffic: TrafficArrays | None = None) -> dict:
     """Capacity at SLO of configuration ``rows`` for one workload.
 
     ``tpot_cap_s`` / ``ttft_cap_s`` tighten the workload's SLOs (Pareto sweeps). Returns
@@ -393,11 +403,13 @@ def workload_capacity(problem: Problem, rows: pd.DataFrame, workload, params: Se
     central prediction), with ``max_rate_per_s`` replaced by the capacity the optimizer
     buys under ``margins`` (:meth:`planner.margins.Margins.planned_capacity`; none: the
     central one), ``central_rate_per_s`` the central capacity, and
-    ``slo_violated_at_low_load`` judged at the margined SLOs.
+    ``slo_violated_at_low_load`` judged at the margined SLOs. ``traffic``: the workload's
+    :class:`TrafficArrays` when the caller has them.
     """
     arrays = arrays if arrays is not None else workload_arrays(problem, rows, workload)
-    traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
-                                               workload.prefix_cache_hit_fraction)
+    if traffic is None:
+        traffic = TrafficArrays.from_distributions(workload.prompt, workload.output,
+                                                   workload.prefix_cache_hit_fraction)
     tpot = workload.slo.tpot_p95_s if tpot_cap_s is None else min(workload.slo.tpot_p95_s, tpot_cap_s)
     ttft = workload.slo.ttft_p95_s if ttft_cap_s is None else min(workload.slo.ttft_p95_s, ttft_cap_s)
     roles = dimensions.value_of(rows, "role")
@@ -450,7 +462,8 @@ def _role_capacity(problem: Problem, role: str, rows: pd.DataFrame, workload, pa
     (``rows``: without their role; the capacities read their arrays only), the prefill-role
     and decode-role ones by :func:`planner.disagg_roles.role_capacity`."""
     if role == "both":
-        return workload_capacity(problem, rows, workload, params, tpot, ttft, arrays=arrays, margins=margins)
+        return workload_capacity(problem, rows, workload, params, tpot, ttft, arrays=arrays, margins=margins,
+                                 traffic=traffic)
     from planner import disagg_roles
 
     return disagg_roles.role_capacity(role, arrays, params, traffic, workload, ttft, tpot,

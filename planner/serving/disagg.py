@@ -32,9 +32,9 @@ from planner.serving.arrays import ConfigArrays
 from planner.serving.memory import kv_bytes_per_seq, max_concurrency
 from planner.serving.params import ServingParams
 from planner.serving.queueing import (CAPACITY_BISECTION_STEPS, MAX_BRANCHING_RATIO, P95, TrafficArrays,
-                                      erlang_c_halfin_whitt, exponential_tail_p95)
+                                      exponential_tail_p95)
 from planner.serving.roofline import StepModel
-from planner.serving.tails import normal_p95_offset
+from planner.serving.tails import halfin_whitt_wait_p95, normal_p95_offset
 from planner.units import GIGA
 
 #: Per-GPU scale-out bandwidth per direction used when the GPU catalog has none [GB/s]:
@@ -188,15 +188,23 @@ def erlang_c(servers, offered_load) -> np.ndarray:
     a = np.asarray(offered_load, dtype=float)
     shape = np.broadcast_shapes(c.shape, a.shape)
     c, a = np.broadcast_to(c, shape), np.broadcast_to(a, shape)
-    b = np.ones(shape)
-    for k in range(1, int(c.max(initial=1.0)) + 1):
-        b = np.where(k <= c, a * b / (k + a * b), b)
+    if c.ndim == 0 and c == 1.0:     # (speed: one server, B_1 = a / (1 + a); a B_0 = a x 1 = a exactly)
+        b = a / (1.0 + a)
+    else:
+        b = np.ones(shape)
+        for k in range(1, int(c.max(initial=1.0)) + 1):
+            b = np.where(k <= c, a * b / (k + a * b), b)
     with np.errstate(divide="ignore", invalid="ignore"):
         p = b / (1.0 - a / c * (1.0 - b))
     return np.where(a >= c, 1.0, np.where(a <= 0.0, 0.0, np.clip(p, 0.0, 1.0)))
 
 
-def prefill_queue(servers, rate_per_s, mean_s, second_moment_s2) -> dict:
+def service_cv2(mean_s, second_moment_s2) -> np.ndarray:
+    """cs^2 = E[S^2]/E[S]^2 - 1 (at least 0) of a service time with those moments."""
+    return np.maximum(second_moment_s2 / np.maximum(mean_s, 1e-300) ** 2 - 1.0, 0.0)
+
+
+def prefill_queue(servers, rate_per_s, mean_s, second_moment_s2, cv2=None) -> dict:
     """Wait in the pool-wide FCFS queue of ``servers`` prefill replicas (M/G/c).
 
     Returns arrays ``p_wait`` (Erlang C), ``mean_s`` and ``p95_s`` of the wait, ``utilization``.
@@ -206,16 +214,18 @@ def prefill_queue(servers, rate_per_s, mean_s, second_moment_s2) -> dict:
     a = lambda E[S], rho = a / c, cs^2 = E[S^2]/E[S]^2 - 1; Allen-Cunneen: a waiting
     request waits exponentially with mean E[S] (1 + cs^2) / (2 (c - a)); W_mean = P_wait x
     that, W_95 from the exponential tail (as queueing.py's prefill queue; c = 1 gives
-    Pollaczek-Khinchine exactly). Infinite when rho >= 1.
+    Pollaczek-Khinchine exactly). Infinite when rho >= 1. ``cv2``: :func:`service_cv2` of the
+    moments when the caller has it (a bisection on the rate asks at many rates).
     """
     c = np.asarray(servers, dtype=float)
     a = np.asarray(rate_per_s, dtype=float) * mean_s
-    cs2 = np.maximum(second_moment_s2 / np.maximum(mean_s, 1e-300) ** 2 - 1.0, 0.0)
+    cs2 = service_cv2(mean_s, second_moment_s2) if cv2 is None else cv2
     p_wait = erlang_c(c, a)
+    below = a < c
     with np.errstate(divide="ignore", invalid="ignore"):
-        given = np.where(a < c, mean_s * (1.0 + cs2) / (2.0 * (c - a)), np.inf)
-        mean = np.where(a < c, p_wait * given, np.inf)
-    p95 = np.where(a < c, exponential_tail_p95(p_wait, given), np.inf)
+        given = np.where(below, mean_s * (1.0 + cs2) / (2.0 * (c - a)), np.inf)
+        mean = np.where(below, p_wait * given, np.inf)
+    p95 = np.where(below, exponential_tail_p95(p_wait, given), np.inf)
     return {"p_wait": p_wait, "mean_s": mean, "p95_s": p95, "utilization": a / c}
 
 
@@ -225,14 +235,15 @@ def decode_slots(d: DisaggArrays, t: TrafficArrays) -> np.ndarray:
     return np.minimum(d.decode.batch, max_concurrency(d.decode, d.decode_params, ctx)).astype(float)
 
 
-def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None = None,
+def decode_state(d: DisaggArrays | None, t: TrafficArrays, n, steps: StepModel | None = None,
                  slots=None) -> dict:
     """One decode replica at mean occupancy ``n`` (decode-only steps).
 
     Returns arrays: ``rate_per_s`` (per replica), ``tpot_mean_s``, ``tpot_p95_s``,
     ``slot_wait_p95_s``, ``burst``, ``stable``. ``steps`` / ``slots``: the decode side's
     :class:`StepModel` and :func:`decode_slots` when the caller has them (a bisection
-    asks for many occupancies of the same replicas).
+    asks for many occupancies of the same replicas); with both, ``d`` is not read (None:
+    a bisection's rows take no configuration arrays).
 
     Notes
     -----
@@ -258,8 +269,8 @@ def decode_state(d: DisaggArrays, t: TrafficArrays, n, steps: StepModel | None =
         slots = decode_slots(d, t) if slots is None else slots
         holding = out_m1 * tau
         offered = rate * holding
-        p_wait = erlang_c_halfin_whitt(slots, offered, burst)
-        slot_wait = exponential_tail_p95(p_wait, holding / np.maximum(slots - offered, 1e-300))
+        slot_wait = halfin_whitt_wait_p95(slots, offered, burst,
+                                          holding / np.maximum(slots - offered, 1e-300))
     stable = (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
     return {"rate_per_s": rate, "tpot_mean_s": tau, "tpot_p95_s": tpot_p95, "slot_wait_p95_s": slot_wait,
             "burst": burst, "stable": stable}

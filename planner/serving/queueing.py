@@ -15,7 +15,7 @@ from planner.serving.parallel import map_in_threads, row_ranges, thread_count
 from planner.serving.params import ServingParams
 from planner.serving.replica_state import (MAX_BRANCHING_RATIO, QUEUE_CORRELATION, TrafficArrays,  # noqa: F401
                                            _n_max, _state_parts, _tpot_p95, p95_floors,         # (re-exported)
-                                           param_rows, state_at_occupancy, step_model)
+                                           param_rows, state_at_occupancy, step_model, tpot_bracket)
 from planner.serving.roofline import StepModel
 from planner.serving.tails import (P95, erlang_c_halfin_whitt, exponential_tail_p95,  # noqa: F401
                                    exponential_tail_quantile, mixture_p95_bracket,     # (re-exported)
@@ -132,15 +132,18 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     loosest = (max(a for a, _ in slos), max(b for _, b in slos)) if shared and scalar_slos else None
 
     chunk, overhead = p.prefill_chunk_tokens, p.request_overhead_s
+    # A bisection's states take their TTFT p95 only where the loosest TPOT SLO may be met
+    # (_state_parts; no pair's decision reads it elsewhere): the pairs share them.
+    bound = None if loosest is None else loosest[1]
 
     def state(n, within=None, parts=True):
         if parts:   # a bisection's state: its decisions need no TPOT p95 (see _meets)
-            return _state_parts(steps_model, t, n, n_max, chunk, overhead)
+            return _state_parts(steps_model, t, n, n_max, chunk, overhead, bound)
         return state_at_occupancy(c, p, t, n, steps_model, n_max, within)
 
-    def rows_state(rows, n):      # the parts of the state of rows ``rows`` only
+    def rows_state(rows, n, bisection=True):      # the parts of the state of rows ``rows`` only
         return _state_parts(steps_model.take(rows), t, n, n_max[rows], param_rows(chunk, rows),
-                            param_rows(overhead, rows))
+                            param_rows(overhead, rows), bound if bisection else None)
 
     def states(ns, within=None, parts=True):
         if not shared:
@@ -156,10 +159,7 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
                 sub = (rows_state(differ, n[differ]) if parts else
                        state_at_occupancy(c.take(differ), p.take(differ), t, n[differ],
                                           steps_model.take(differ), n_max[differ], within))
-                merged = {key: value.copy() for key, value in out[0].items()}
-                for key, value in sub.items():
-                    merged[key][differ] = value
-                out.append(merged)
+                out.append(_merged(out[0], sub, differ))
         return out
 
     def ok(s, slo, j):
@@ -168,8 +168,10 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
 
     los = [np.zeros(shape) for shape in shapes]
     his = [np.broadcast_to(n_max, shape).astype(float) for shape in shapes]
-    tops = states(his)
-    top_ok = [ok(s, slo, j) for j, (s, slo) in enumerate(zip(tops, slos))]
+    hopeless = never is not None and all(m.all() for m in never)    # (no pair met anywhere: no top state)
+    tops = None if hopeless else states(his)
+    top_ok = ([np.zeros(shape, dtype=bool) for shape in shapes] if hopeless
+              else [ok(s, slo, j) for j, (s, slo) in enumerate(zip(tops, slos))])
     # Speed (same numbers): with rows of their own, the state at each row's n* is kept as
     # the bisection passes it (the last good mid; the top where it is good) instead of
     # computed again; only rows that no mid satisfied get their state at n* = 0; the TPOT
@@ -189,7 +191,8 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
                 e |= g
     n_stars = [np.where(top, np.broadcast_to(n_max, shape), lo) for top, shape, lo in zip(top_ok, shapes, los)]
     finals = states(n_stars, parts=False) if kept is None else _finals(
-        kept, tops, top_ok, ever, lambda rows: rows_state(rows, np.zeros(rows.size)), t.output_strata_inv, n_stars)
+        kept, tops, top_ok, ever, lambda rows: rows_state(rows, np.zeros(rows.size), bisection=False),
+        t.output_strata_inv, n_stars)
     trickles = states([np.full(shape, 1e-6) for shape in shapes], loosest, parts=False)   # which SLO fails at a trickle
     out = []
     for (ttft_slo, tpot_slo), n_star, final, trickle in zip(slos, n_stars, finals, trickles):
@@ -201,6 +204,21 @@ def _capacities_at_slos(c: ConfigArrays, p: ServingParams, t: TrafficArrays, slo
     return out
 
 
+def _merged(state: dict, sub: dict, rows: np.ndarray) -> dict:
+    """A copy of the state ``state`` with ``sub`` (the same entries, of rows ``rows``) at
+    those rows (the TPOT bracket's three arrays each)."""
+    out = {}
+    for key, value in state.items():
+        if key == "_tpot_bracket":
+            out[key] = tuple(v.copy() for v in value)
+            for whole, part in zip(out[key], sub[key]):
+                whole[rows] = part
+        else:
+            out[key] = value.copy()
+            out[key][rows] = sub[key]
+    return out
+
+
 def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
     """Whether the :func:`_state_parts` state ``s`` meets ``slo = (ttft_p95_s, tpot_p95_s)``:
     stable, TTFT p95 and TPOT p95 within them, the decisions of :func:`state_at_occupancy`'s
@@ -208,10 +226,7 @@ def _meets(s: dict, slo, inverse_lives) -> np.ndarray:
     the offset lies in (:func:`planner.serving.tails.mixture_p95_bracket`: within the SLO
     at its top, above it at its bottom); the mixture only on the rows it leaves open."""
     if "_tpot_bracket" not in s:    # (the same state serves the pairs at the same occupancy)
-        with np.errstate(invalid="ignore", over="ignore"):
-            low, high, sure = mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * inv)
-                                                   for inv in inverse_lives])
-            s["_tpot_bracket"] = (s["tpot_mean_s"] + low, s["tpot_mean_s"] + high, sure)
+        s["_tpot_bracket"] = tpot_bracket(s, inverse_lives)
     low, high, sure = s["_tpot_bracket"]
     ttft_slo, tpot_slo = slo
     candidate = (s["ttft_p95_s"] <= ttft_slo) & s["stable"]
@@ -237,9 +252,10 @@ def _finals(kept: list, tops: list, top_ok: list, ever: list, at_zero, inverse_l
     zero_rows = [~(top | e) for top, e in zip(top_ok, ever)]
     rows = np.flatnonzero(np.logical_or.reduce(zero_rows))
     zero = at_zero(rows) if rows.size else None
-    for j, (keep, top, ok_top, need) in enumerate(zip(kept, tops, top_ok, zero_rows)):
+    for j, (keep, top, ok_top, need) in enumerate(zip(kept, tops or [None] * len(kept), top_ok, zero_rows)):
         for key in _KEPT_KEYS:
-            np.copyto(keep[key], top[key], where=ok_top)
+            if top is not None:     # (None: no top state, none good)
+                np.copyto(keep[key], top[key], where=ok_top)
             if zero is not None:
                 keep[key][rows] = np.where(need[rows], zero[key], keep[key][rows])
         own = None if j == 0 else ~(n_stars[j] == n_stars[0])

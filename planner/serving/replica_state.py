@@ -37,7 +37,8 @@ from planner.serving.arrays import ConfigArrays, scaled
 from planner.serving.memory import max_concurrency
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
-from planner.serving.tails import P95, erlang_c_halfin_whitt, exponential_tail_p95, mixture_p95_offset
+from planner.serving.tails import (P95, exponential_tail_p95, halfin_whitt_wait_p95, mixture_p95_bracket,
+                                   mixture_p95_offset)
 
 #: Correlation of the residual step and the queue waits ahead of a new request.
 QUEUE_CORRELATION = 0.5
@@ -133,12 +134,18 @@ def state_at_occupancy(c: ConfigArrays, p: ServingParams, t: TrafficArrays, n,
             "ttft_p95_s": ttft_p95, "stable": stable, "occupancy": state["occupancy"]}
 
 
-def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_overhead_s) -> dict:
+def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_overhead_s,
+                 tpot_slo_s=None) -> dict:
     """:func:`state_at_occupancy` without its TPOT p95: the same arrays but ``tpot_p95_s``,
     with the parts of that p95's spreads, ``tpot_common`` and ``tpot_per_inv`` (see
     :func:`_tpot_p95`). Its inputs are all it reads of the configurations and parameters:
     their step model, slots ``_n_max(c, p)`` and ``p.prefill_chunk_tokens``,
-    ``p.request_overhead_s`` (:func:`param_rows` takes rows of them)."""
+    ``p.request_overhead_s`` (:func:`param_rows` takes rows of them).
+
+    ``tpot_slo_s`` (a bisection's state, its TPOT SLOs): also ``_tpot_bracket``
+    (:func:`tpot_bracket`), and the TTFT p95 only on the rows that may meet that SLO
+    (stable, the bracket's low end within it; elsewhere, where no such SLO pair is met,
+    +inf, or the number where :func:`_on_rows` computes every row)."""
     n = np.asarray(n, dtype=float)
     out_m1 = np.maximum(t.output_mean_tokens - 1.0, 1.0)
     hit = 1.0 - t.prefix_hit_fraction
@@ -188,6 +195,44 @@ def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_ov
     # TTFT p95: prefill service of the p95 prompt, queueing for the prefill lane and slots.
     service_p95 = _p95_prompt_service(t, chunk, hit, chunks, lambda tokens: step(n, tokens, t.prompt_p95_tokens))
     rho = rate * service                 # share of time spent in prefill iterations
+    with np.errstate(invalid="ignore", over="ignore"):
+        time_in_system = service + out_m1 * tau
+        offered = rate * time_in_system
+    stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
+    out = {"rate_per_s": rate, "tpot_mean_s": tau, "stable": stable, "occupancy": n, "tpot_common": common,
+           "tpot_per_inv": per_inv}
+    terms = (rate, service, service2, s_full, s_d, rho, service_p95, slots, burst2, time_in_system, offered,
+             request_overhead_s)
+    if tpot_slo_s is None:
+        ttft_p95 = _ttft_p95(*terms)
+    else:
+        out["_tpot_bracket"] = tpot_bracket(out, t.output_strata_inv)
+        ttft_p95 = _on_rows(_ttft_p95, terms, stable & ~(out["_tpot_bracket"][0] > tpot_slo_s))
+    out["ttft_p95_s"] = np.where(stable, ttft_p95, np.inf)
+    return out
+
+
+#: Share of the rows above which :func:`_on_rows` computes on every row (the takes of the
+#: inputs and the scatter of the result would cost more than the rows saved).
+ROWS_SUBSET_MAX_SHARE = 0.75
+
+
+def _on_rows(fn, terms: tuple, rows: np.ndarray) -> np.ndarray:
+    """``fn(*terms)`` (element-wise; 1-D arrays of the rows' length, or arrays and numbers
+    that broadcast against them) at the rows of the 1-D mask ``rows``: on those rows only
+    (+inf elsewhere) when they are few enough."""
+    at = np.flatnonzero(rows)
+    if at.size > ROWS_SUBSET_MAX_SHARE * rows.size:
+        return fn(*terms)
+    out = np.full(rows.shape, np.inf)
+    if at.size:
+        out[at] = fn(*[v[at] if np.shape(v) == rows.shape else v for v in terms])
+    return out
+
+
+def _ttft_p95(rate, service, service2, s_full, s_d, rho, service_p95, slots, burst2, time_in_system, offered,
+              request_overhead_s) -> np.ndarray:
+    """The TTFT p95 of :func:`_state_parts` (before the unstable rows' +inf) from its terms."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         # Residual of the iteration in progress at arrival: a prefill iteration (length
         # ~ E[cost^2]/E[cost], at most a full chunk) with probability rho, else a decode step.
@@ -198,10 +243,8 @@ def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_ov
         w_mean = np.where(rho < 1.0, rate * service2 / (2.0 * (1.0 - rho)), np.inf)
         w_p95 = exponential_tail_p95(rho, w_mean / np.maximum(rho, 1e-300))
         # Slots: M/M/c with the bursty occupancy's variance (Halfin-Whitt).
-        time_in_system = service + out_m1 * tau
-        offered = rate * time_in_system
-        p_wait = erlang_c_halfin_whitt(slots, offered, burst2)
-        w_slot = exponential_tail_p95(p_wait, time_in_system / np.maximum(slots - offered, 1e-300))
+        w_slot = halfin_whitt_wait_p95(slots, offered, burst2,
+                                       time_in_system / np.maximum(slots - offered, 1e-300))
         # Residual, prefill queue and slot wait are positively correlated (busy periods
         # bring all three): their deviations combine with correlation QUEUE_CORRELATION;
         # the own prefill is independent of them.
@@ -209,10 +252,23 @@ def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_ov
         queued_dev = np.sqrt(r_dev ** 2 + w_dev ** 2 + 2.0 * QUEUE_CORRELATION * r_dev * w_dev)
         ttft_p95 = r_mean + w_mean + service + np.sqrt(queued_dev ** 2
                                                        + np.maximum(service_p95 - service, 0.0) ** 2)
-        ttft_p95 = ttft_p95 + request_overhead_s  # server, tokenizer, streaming (calibrated)
-    stable = (rho < 1.0) & (offered < slots) & (n <= slots) & (slots >= 1) & (phi < MAX_BRANCHING_RATIO)
-    return {"rate_per_s": rate, "tpot_mean_s": tau, "ttft_p95_s": np.where(stable, ttft_p95, np.inf),
-            "stable": stable, "occupancy": n, "tpot_common": common, "tpot_per_inv": per_inv}
+        return ttft_p95 + request_overhead_s  # server, tokenizer, streaming (calibrated)
+
+
+def tpot_bracket(s: dict, inverse_lives) -> tuple:
+    """``(tau + low, tau + high, sure)`` of a :func:`_state_parts` state: the TPOT p95's
+    bracket (:func:`planner.serving.tails.mixture_p95_bracket` of its spreads). Speed (the
+    same numbers): where every row's spread parts are >= 0, the spreads sqrt(common +
+    per_inv E[1/(O - 1)]) never decrease with the inverse life (rounding is monotone), so
+    the smallest and largest are those of the smallest and largest inverse lives."""
+    common, per_inv = s["tpot_common"], s["tpot_per_inv"]
+    lives = inverse_lives
+    if (len(lives) > 2 and all(np.ndim(v) == 0 for v in lives) and (common >= 0.0).all()
+            and (per_inv >= 0.0).all()):
+        lives = (min(lives, key=float), max(lives, key=float))
+    with np.errstate(invalid="ignore", over="ignore"):
+        low, high, sure = mixture_p95_bracket([np.sqrt(common + per_inv * inv) for inv in lives])
+        return s["tpot_mean_s"] + low, s["tpot_mean_s"] + high, sure
 
 
 def param_rows(value, rows):

@@ -3,6 +3,8 @@ Halfin-Whitt wait probability, the p95 of a mixture of normals, exponential wait
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 #: Quantile of the latency SLOs.
@@ -34,6 +36,35 @@ def erlang_c_halfin_whitt(servers, offered_load, variance_factor=1.0) -> np.ndar
     return np.where(a >= c, 1.0, np.where(a <= 0, 0.0, np.clip(p, 0.0, 1.0)))
 
 
+#: beta above which the Halfin-Whitt P(wait) is below 1 - P95 for certain: p = 1 / (1 + beta
+#: Phi/phi) and beta Phi/phi >= beta (1/2) sqrt(2 pi) e^(beta^2 / 2) > 19 for beta >= 2.2
+#: (at 3, p = 0.0015, far from 0.05 for any rounding or the erf's 1.5e-7): a p95 wait is 0 there.
+WAIT_FREE_BETA = 3.0
+#: Share of the rows above which :func:`halfin_whitt_wait_p95` takes P(wait) on every row.
+WAIT_ROWS_MAX_SHARE = 0.75
+
+
+def halfin_whitt_wait_p95(servers, offered_load, variance_factor, mean_wait_given_wait) -> np.ndarray:
+    """:func:`exponential_tail_p95` of :func:`erlang_c_halfin_whitt`'s P(wait) (1-D arrays
+    of one length, or numbers): the same numbers. Speed: P(wait) only on the rows with
+    beta below :data:`WAIT_FREE_BETA` (or NaN), when they are few enough; elsewhere it is
+    below 1 - P95 and the p95 is 0 whatever its value."""
+    terms = np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in
+                                  (servers, offered_load, variance_factor, mean_wait_given_wait)])
+    c, a, v, mean = terms
+    if c.ndim != 1:
+        return exponential_tail_p95(erlang_c_halfin_whitt(c, a, v), mean)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        beta = (c - a) / np.sqrt(np.maximum(a * v, 1e-300))     # (as erlang_c_halfin_whitt's)
+    at = np.flatnonzero(~(beta >= WAIT_FREE_BETA))
+    if at.size > WAIT_ROWS_MAX_SHARE * c.size:
+        return exponential_tail_p95(erlang_c_halfin_whitt(c, a, v), mean)
+    out = np.zeros(c.shape)
+    if at.size:
+        out[at] = exponential_tail_p95(erlang_c_halfin_whitt(c[at], a[at], v[at]), mean[at])
+    return out
+
+
 def _erf(x):
     """Vectorized erf (Abramowitz-Stegun 7.1.26, |error| < 1.5e-7)."""
     x = np.asarray(x, dtype=float)
@@ -50,6 +81,10 @@ def _erf_positive(x):
     return y
 
 
+#: Smallest spread :func:`mixture_p95_offset` works with: smaller ones (zero) are raised to it.
+SPREAD_FLOOR = 1e-300
+
+
 def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
     """x with mean over i of Phi(x / sd_i) = 0.95: the p95 offset of an equal-weight mixture
     of zero-mean normals.
@@ -57,13 +92,40 @@ def mixture_p95_offset(sds, newton_steps: int = 1) -> np.ndarray:
     Starts from the Cornish-Fisher estimate (mixture variance and kurtosis) and refines it
     with Newton steps on the exact mixture CDF (relative error of the offset < 1.2% after
     one step, < 1e-3 after two).
+
+    Speed (the same numbers): rows whose spreads are all at :data:`SPREAD_FLOOR` (zero
+    spreads: the states at n = 0) get the offset of one such row (:func:`_floor_offset`;
+    every step is element-wise, so the same inputs give the same bits), the others their own.
     """
     s = np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in sds]))
-    s = np.maximum(s, 1e-300)
+    s = np.maximum(s, SPREAD_FLOOR)
+    largest = s.max(axis=0)
+    at_floor = largest == SPREAD_FLOOR        # (NaN spreads: False)
+    if not at_floor.any():
+        return _mixture_offset(s, largest, newton_steps)
+    out = np.full(at_floor.shape, _floor_offset(len(s), newton_steps))
+    if not at_floor.all():
+        rest = ~at_floor
+        out[rest] = _mixture_offset(s[:, rest], largest[rest], newton_steps)
+    return out if out.ndim else out[()]      # (a number for one row, as the steps give it)
+
+
+@functools.lru_cache(maxsize=None)
+def _floor_offset(spreads: int, newton_steps: int) -> float:
+    """:func:`mixture_p95_offset` of ``spreads`` spreads all at :data:`SPREAD_FLOOR` (NaN:
+    their squares underflow; the number's bits as the mixture's steps make them)."""
+    s = np.full((spreads, 1), SPREAD_FLOOR)
+    with np.errstate(all="ignore"):
+        return float(_mixture_offset(s, s.max(axis=0), newton_steps)[0])
+
+
+def _mixture_offset(s: np.ndarray, largest: np.ndarray, newton_steps: int) -> np.ndarray:
+    """:func:`mixture_p95_offset` of the floored spreads ``s`` stacked on the first axis
+    (``largest``: their maximum over it)."""
     m2 = (s ** 2).mean(axis=0)
     kurt = 3.0 * ((s ** 4).mean(axis=0) / m2 ** 2 - 1.0)
     x = np.sqrt(m2) * (Z95 + (Z95 ** 3 - 3.0 * Z95) * kurt / 24.0)
-    low, high = Z95 * s.min(axis=0), Z95 * s.max(axis=0)
+    low, high = Z95 * s.min(axis=0), Z95 * largest
     x = np.clip(x, low, high)
     for _ in range(newton_steps):
         u = x / s
@@ -90,7 +152,7 @@ def mixture_p95_bracket(sds) -> tuple:
     [MIXTURE_SAFE_SD_MIN, MIXTURE_SAFE_SD_MAX]; NaN spreads are not). With rounding
     monotone, ``tau + low <= tau + offset <= tau + high`` then holds in floating point too:
     a comparison of ``tau + offset`` with a bound that both ends decide needs no offset."""
-    floor = [np.maximum(np.asarray(v, dtype=float), 1e-300) for v in sds]   # as mixture_p95_offset
+    floor = [np.maximum(np.asarray(v, dtype=float), SPREAD_FLOOR) for v in sds]   # as mixture_p95_offset
     smallest, largest = floor[0], floor[0]
     for v in floor[1:]:
         smallest, largest = np.minimum(smallest, v), np.maximum(largest, v)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from planner.configs import config_arrays
-from planner.serving import queueing, tails
+from planner.serving import queueing, replica_state, tails
 from planner.serving.params import ServingParams
 from planner.serving.queueing import TrafficArrays, capacities_at_slos, state_at_occupancy, state_at_rate
 from planner.traffic import LogNormal
@@ -233,3 +233,124 @@ def test_halfin_whitt_equals_the_general_erf_form():
         got = tails.erlang_c_halfin_whitt(c, a, v)
     assert np.array_equal(got, expected, equal_nan=True)
     assert ((got > 0.0) & (got < 1.0)).sum() > n // 10
+
+
+def _plain_mixture_offset(sds, newton_steps=1):
+    """mixture_p95_offset as one pass over every row (no rows at the floor set apart)."""
+    s = np.maximum(np.stack(np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in sds])), 1e-300)
+    m2 = (s ** 2).mean(axis=0)
+    kurt = 3.0 * ((s ** 4).mean(axis=0) / m2 ** 2 - 1.0)
+    x = np.sqrt(m2) * (tails.Z95 + (tails.Z95 ** 3 - 3.0 * tails.Z95) * kurt / 24.0)
+    low, high = tails.Z95 * s.min(axis=0), tails.Z95 * s.max(axis=0)
+    x = np.clip(x, low, high)
+    for _ in range(newton_steps):
+        u = x / s
+        erf = tails._erf_positive if (u > 0.0).all() else tails._erf
+        cdf = (0.5 * (1.0 + erf(u / np.sqrt(2.0)))).mean(axis=0)
+        pdf = (np.exp(-0.5 * u * u) / (np.sqrt(2.0 * np.pi) * s)).mean(axis=0)
+        x = np.clip(x - (cdf - tails.P95) / np.maximum(pdf, 1e-300), low, high)
+    return x
+
+
+def test_mixture_offset_of_rows_at_the_floor_equals_one_pass():
+    """mixture_p95_offset with rows whose spreads are all zero (or below the floor) set apart
+    gives the one-pass numbers bit for bit (NaN bits included): some, all and none of the
+    rows at the floor, NaN and huge spreads, one and four spreads, 2-D and 0-d inputs."""
+    rng = np.random.default_rng(8)
+    n = 3000
+    zero = rng.random(n) < 0.3
+    odd = rng.choice([np.nan, 1e-310, 1e200, -0.0, 0.0], n)
+    sds = [np.where(zero, rng.choice([0.0, -0.0, 1e-301], n),
+                    np.where(rng.random(n) < 0.05, odd, 10.0 ** rng.uniform(-6, 0, n))) for _ in range(4)]
+    cases = [sds, [s[zero] for s in sds], [s[~zero] for s in sds], sds[:1], [s.reshape(60, 50) for s in sds],
+             [np.float64(0.0)] * 4, [np.float64(0.01), np.float64(0.02)], [np.zeros(0)] * 4]
+    with np.errstate(all="ignore"):
+        for steps in (1, 2):
+            for case in cases:
+                got, ref = tails.mixture_p95_offset(case, steps), _plain_mixture_offset(case, steps)
+                assert np.shape(got) == np.shape(ref)
+                assert np.asarray(got).tobytes() == np.asarray(ref).tobytes()
+        assert zero.any() and np.isnan(_plain_mixture_offset([np.zeros(3)])).all()   # why zero rows are "no"s
+
+
+@pytest.mark.parametrize("share", [0.0, replica_state.ROWS_SUBSET_MAX_SHARE, 1.0])
+def test_bisection_state_takes_the_ttft_only_where_the_tpot_may_be_met(catalog, monkeypatch, share):
+    """_state_parts with the TPOT SLOs: every array of the full state, its bracket, and the
+    TTFT p95 of the rows that may meet the TPOT SLO (stable, the bracket's low end within
+    it), +inf elsewhere (computed on those rows only), or everywhere (on every row, past
+    the share)."""
+    c, p = _random_rows(catalog, n=300, seed=9)
+    monkeypatch.setattr(replica_state, "ROWS_SUBSET_MAX_SHARE", share)
+    n_max = queueing._n_max(c, p)
+    model = queueing.step_model(c, p, TRAFFIC)
+    occupancy = n_max * np.random.default_rng(1).uniform(0.0, 1.0, n_max.size)
+    slo = np.where(np.arange(n_max.size) % 2, 0.02, 0.05)
+    args = (model, TRAFFIC, occupancy, n_max, p.prefill_chunk_tokens, p.request_overhead_s)
+    full, part = queueing._state_parts(*args), queueing._state_parts(*args, slo)
+    bracket = queueing.tpot_bracket(full, TRAFFIC.output_strata_inv)
+    may = full["stable"] & ~(bracket[0] > slo)
+    assert 0 < may.sum() < may.size and (full["ttft_p95_s"][~may] < np.inf).any()
+    every = may.sum() > share * may.size         # (every row computed: the numbers everywhere)
+    for key in full:
+        expected = np.where(may | every, full[key], np.inf) if key == "ttft_p95_s" else full[key]
+        assert part[key].tobytes() == expected.tobytes(), key
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(part["_tpot_bracket"], bracket))
+
+
+@pytest.mark.parametrize("share", [0.0, tails.WAIT_ROWS_MAX_SHARE, 1.0])
+def test_halfin_whitt_wait_p95_equals_the_tail_of_the_full_wait_probability(monkeypatch, share):
+    """halfin_whitt_wait_p95 (P(wait) only where beta < WAIT_FREE_BETA) equals the exponential
+    tail of erlang_c_halfin_whitt on every row, bit for bit: loads around and far below the
+    servers (beta near the bound), zero, negative, infinite and NaN inputs; 0-d and 2-D too."""
+    monkeypatch.setattr(tails, "WAIT_ROWS_MAX_SHARE", share)
+    rng = np.random.default_rng(11)
+    n = 20000
+    special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-300, 5e-324, 1e300])
+    with np.errstate(all="ignore"):
+        c = np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.choice([1.0, 8.0, 64.0, 1024.0], n))
+        a = c * rng.uniform(0.0, 1.2, n)
+        near = c - tails.WAIT_FREE_BETA * np.sqrt(np.abs(a)) * rng.uniform(0.97, 1.03, n)   # beta about 3
+        a = np.where(rng.random(n) < 0.2, near, a)
+        a = np.where(rng.random(n) < 0.1, rng.choice(special, n), a)
+        v = np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.uniform(1.0, 30.0, n))
+        mean = np.where(rng.random(n) < 0.1, rng.choice(special, n), rng.uniform(0.0, 5.0, n))
+        for args in ((c, a, v, mean), (c[:1], a[:1], 2.0, mean[:1]), (8.0, 6.0, 2.0, 1.0),
+                     tuple(x[:n // 100 * 100].reshape(100, -1) for x in (c, a, v, mean))):
+            expected = tails.exponential_tail_p95(tails.erlang_c_halfin_whitt(*args[:3]), args[3])
+            got = tails.halfin_whitt_wait_p95(*args)
+            assert np.shape(got) == np.shape(expected)
+            assert np.asarray(got).tobytes() == np.asarray(expected).tobytes()
+        beta = (c - a) / np.sqrt(np.maximum(a * v, 1e-300))
+        p = tails.erlang_c_halfin_whitt(c, a, v)
+    free = beta >= tails.WAIT_FREE_BETA
+    assert (p[free] < 0.01).all() and (free & (beta < 3.1)).any() and (p[~free] > 1.0 - tails.P95).any()
+
+
+def test_tpot_bracket_from_the_extreme_inverse_lives_equals_every_spread():
+    """tpot_bracket (with spread parts >= 0: the spreads of the smallest and largest inverse
+    lives only) equals mixture_p95_bracket of every stratum's spread, bit for bit; with a
+    negative or NaN part somewhere (every spread then) too."""
+    rng = np.random.default_rng(12)
+    n = 5000
+    inverse = tuple(np.asarray(v) for v in (0.02, 0.5, 0.004, 0.1))        # not in order
+    state = {"tpot_mean_s": rng.uniform(0.005, 0.05, n), "tpot_common": 10.0 ** rng.uniform(-12, -2, n),
+             "tpot_per_inv": np.where(rng.random(n) < 0.05, 0.0, 10.0 ** rng.uniform(-12, -1, n))}
+    state["tpot_common"][:50] = 0.0
+    odd = dict(state, tpot_common=np.where(rng.random(n) < 0.01, rng.choice([-1e-5, np.nan, np.inf], n),
+                                           state["tpot_common"]))
+    for s in (state, odd):
+        with np.errstate(invalid="ignore"):
+            ref = tails.mixture_p95_bracket([np.sqrt(s["tpot_common"] + s["tpot_per_inv"] * v)
+                                             for v in inverse])
+        got = replica_state.tpot_bracket(s, inverse)
+        assert all(a.tobytes() == (s["tpot_mean_s"] + b if b.dtype == float else b).tobytes()
+                   for a, b in zip(got, ref))
+
+
+def test_on_rows_broadcasts_the_terms_that_are_not_per_row():
+    """_on_rows takes the per-row terms at the rows and broadcasts 1-element arrays and
+    numbers: the rows' values of the full computation, +inf elsewhere."""
+    rng = np.random.default_rng(13)
+    a, one, rows = rng.random(50), np.array([2.5]), rng.random(50) < 0.3
+    got = replica_state._on_rows(lambda x, y, z: x * y + z, (a, one, 1.0), rows)
+    assert got.tobytes() == np.where(rows, a * one + 1.0, np.inf).tobytes()

@@ -190,3 +190,21 @@ def test_role_copies_give_the_search_of_every_role_row(tmp_path, monkeypatch, ro
         rate = got[f"capacity_per_s[{name}]"]
         for role in ("prefill", "decode"):
             assert (rate[got["role"] == role] > 0).any() and (rate[got["role"] == role] == 0).any()
+
+
+def test_one_server_erlang_c_and_a_given_cv2_give_the_general_numbers():
+    """erlang_c with one server (B_1 = a / (1 + a), no recursion) and prefill_queue with its
+    cs^2 given equal the recursion and the queue computed in full, bit for bit (zero,
+    negative, infinite and NaN loads included)."""
+    rng = np.random.default_rng(3)
+    a = np.concatenate([rng.uniform(0.0, 1.5, 2000), [0.0, -0.0, -1.0, 1.0, np.inf, np.nan, 1e-300]])
+    c, b = np.ones_like(a), np.ones_like(a)
+    with np.errstate(all="ignore"):
+        b = np.where(1 <= c, a * b / (1 + a * b), b)        # the recursion's one step
+        p = b / (1.0 - a / c * (1.0 - b))
+        expected = np.where(a >= c, 1.0, np.where(a <= 0.0, 0.0, np.clip(p, 0.0, 1.0)))
+        assert disagg.erlang_c(1.0, a).tobytes() == expected.tobytes()
+        mean, second = rng.uniform(0.01, 1.0, a.size), rng.uniform(0.0, 2.0, a.size)
+        full = disagg.prefill_queue(1.0, a / mean, mean, second)
+        given = disagg.prefill_queue(1.0, a / mean, mean, second, disagg.service_cv2(mean, second))
+    assert all(full[key].tobytes() == given[key].tobytes() for key in full)
