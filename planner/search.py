@@ -207,14 +207,13 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     params, fallback = per_row(config_params), per_row(fallback)
     metrics = {key: per_row(value) for key, value in metrics.items()}
 
-    def padded(values, fill=np.nan, live=None):
-        """``values`` of the evaluated rows (``live``: of those at positions ``live`` among
-        them, as floats) at their rows of the frame, ``fill`` elsewhere: a float column as a
-        :class:`planner.candidate_frame.Scattered` one (written to the table's rows at the
-        end), another as an array."""
+    def padded(values, fill=np.nan, live_rows=None):
+        """``values`` of the evaluated rows (``live_rows``: of those rows, as floats) at their
+        rows of the frame, ``fill`` elsewhere: a float column as a :class:`planner.candidate_frame.
+        Scattered` one (written to the table's rows at the end), another as an array."""
         values = np.asarray(values)
-        rows = evaluated if live is None else evaluated[live]
-        if live is not None or values.dtype == np.float64:   # (its own copy: the zeroing below writes it)
+        rows = evaluated if live_rows is None else live_rows
+        if live_rows is not None or values.dtype == np.float64:   # (its own copy: the zeroing below writes it)
             return Scattered(np.array(np.broadcast_to(values, rows.shape), dtype=float), rows, fill, len(frame))
         out = np.full(len(frame), fill, dtype=values.dtype)
         out[rows] = values
@@ -246,6 +245,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
         kv_cap_ok &= per_row(full >= rows["max_batch"].to_numpy())   # (a configuration's rows: one max batch)
     # Capacity at SLO only where memory allows the configuration at all.
     live = np.flatnonzero(fits & kv_cap_ok)
+    live_rows = evaluated[live]   # (one array for every capacity column: frame_of places it once)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
     if spread is not None:   # role copies: the live rows are whole groups (their values are per configuration)
@@ -263,10 +263,10 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
             cap = _live_capacity(problem, rows, w, per_row(warrays[w.name]), params, live)
         served = cap["central_rate_per_s"] > 0
         # the live rows' values at their rows of the frame (0 or NaN elsewhere), in one pass
-        added[f"capacity_per_s[{w.name}]"] = padded(cap["max_rate_per_s"], 0.0, live)
-        added[f"central_capacity_per_s[{w.name}]"] = padded(cap["central_rate_per_s"], 0.0, live)
-        added[f"ttft_p95_s[{w.name}]"] = padded(np.where(served, cap["ttft_p95_s"], np.nan), np.nan, live)
-        added[f"tpot_p95_s[{w.name}]"] = padded(np.where(served, cap["tpot_p95_s"], np.nan), np.nan, live)
+        added[f"capacity_per_s[{w.name}]"] = padded(cap["max_rate_per_s"], 0.0, live_rows)
+        added[f"central_capacity_per_s[{w.name}]"] = padded(cap["central_rate_per_s"], 0.0, live_rows)
+        added[f"ttft_p95_s[{w.name}]"] = padded(np.where(served, cap["ttft_p95_s"], np.nan), np.nan, live_rows)
+        added[f"tpot_p95_s[{w.name}]"] = padded(np.where(served, cap["tpot_p95_s"], np.nan), np.nan, live_rows)
         any_capacity[live] |= np.asarray(cap["max_rate_per_s"]) > 0     # (other rows: rate 0)
         ttft_first = np.zeros(n_ok, dtype=bool)                         # (other rows: no violated SLO)
         ttft_first[live] = np.asarray(cap["slo_violated_at_low_load"]) == "ttft"
