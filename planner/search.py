@@ -9,6 +9,8 @@ attention DP where the problem searches them), indexed by a stable
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import Counter
 
 import numpy as np
@@ -55,7 +57,34 @@ def _grid(problem: Problem, model_id: str) -> tuple[pd.DataFrame, dict[str, dime
     return table.frame, coded
 
 
+#: The dimensions no structural rejection (:func:`_structural`) reads.
+_NOT_STRUCTURAL = ("max_batch", "role")
+
+
+def _first_reason(masks: dict[str, np.ndarray], size: int) -> np.ndarray:
+    """Per row of ``size``, the position in :data:`REASONS` of the first of ``masks`` (reason
+    -> rows it rejects) that rejects it; len(REASONS) where none does."""
+    which = np.full(size, len(REASONS))
+    for i in range(len(REASONS) - 1, -1, -1):   # (the first reason written last)
+        if REASONS[i] in masks:
+            which[masks[REASONS[i]]] = i
+    return which
+
+
+def _structural_reasons(problem: Problem, frame: pd.DataFrame, coded: dict) -> np.ndarray:
+    """:func:`_first_reason` of :func:`_structural` over the grid's rows. Speed (the same): its innermost
+    dimensions of :data:`_NOT_STRUCTURAL` (``tail``) make runs of ``block`` rows that differ in
+    those only, so the reasons of each run's first row are repeated."""
+    names = list(coded) if all(c.inner is not None for c in coded.values()) else []   # (a coded_grid)
+    tail = list(itertools.takewhile(lambda name: name in _NOT_STRUCTURAL, reversed(names)))
+    block = math.prod(len(coded[name].distinct) for name in tail)
+    firsts = {name: dimensions.Coded(c.distinct, c.index[::block]) for name, c in coded.items()}
+    return np.repeat(_first_reason(_structural(problem, frame.iloc[::block], firsts), len(frame) // block), block)
+
+
 def _structural(problem: Problem, frame: pd.DataFrame, coded: dict) -> dict[str, np.ndarray]:
+    """The masks (reason -> rows) of what the configuration alone rules out, over grid
+    ``frame``'s rows (``coded``: their Coded forms). Reads no dimension of :data:`_NOT_STRUCTURAL`."""
     cat = problem.catalog
     model_id = coded["model"].distinct.iat[0]   # (one model's grid)
     model = problem.imported_models.get(model_id) or cat.model(model_id)
@@ -150,11 +179,11 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     order) and the rows' :func:`planner.dimensions.candidate_hashes`."""
     frame, coded = _grid(problem, model_id)
     workloads = [w for w in problem.workloads if w.model == model_id]
-    reasons = _structural(problem, frame, coded)
-    structural_bad = np.logical_or.reduce(list(reasons.values()))
+    # the first reason that applies per row, as an index into REASONS (len(REASONS): none)
+    which = _structural_reasons(problem, frame, coded)
     # the structurally possible rows are evaluated; the frame stays in grid order (the
     # candidate table is sorted by id at the end: one reordering of the rows)
-    evaluated = np.flatnonzero(~structural_bad)
+    evaluated = np.flatnonzero(which == len(REASONS))
     n_ok = len(evaluated)
 
     first = workloads[0]
@@ -178,14 +207,13 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     params, fallback = per_row(config_params), per_row(fallback)
     metrics = {key: per_row(value) for key, value in metrics.items()}
 
-    def padded(values, fill=np.nan, live=None):
-        """``values`` of the evaluated rows (``live``: of those at positions ``live`` among
-        them, as floats) at their rows of the frame, ``fill`` elsewhere: a float column as a
-        :class:`planner.candidate_frame.Scattered` one (written to the table's rows at the
-        end), another as an array."""
+    def padded(values, fill=np.nan, live_rows=None):
+        """``values`` of the evaluated rows (``live_rows``: of those rows, as floats) at their
+        rows of the frame, ``fill`` elsewhere: a float column as a :class:`planner.candidate_frame.
+        Scattered` one (written to the table's rows at the end), another as an array."""
         values = np.asarray(values)
-        rows = evaluated if live is None else evaluated[live]
-        if live is not None or values.dtype == np.float64:   # (its own copy: the zeroing below writes it)
+        rows = evaluated if live_rows is None else live_rows
+        if live_rows is not None or values.dtype == np.float64:   # (its own copy: the zeroing below writes it)
             return Scattered(np.array(np.broadcast_to(values, rows.shape), dtype=float), rows, fill, len(frame))
         out = np.full(len(frame), fill, dtype=values.dtype)
         out[rows] = values
@@ -204,7 +232,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
     for key in _KEPT_METRICS:
         added[key] = padded(metrics[key])
     budget = metrics["kv_budget_bytes_per_gpu"]
-    reasons["weights_do_not_fit_memory"] = padded(budget <= 0, False).astype(bool)
+    late = {"weights_do_not_fit_memory": budget <= 0}   # the evaluated rows' reasons
 
     fits = budget > 0
     kv_cap_ok = np.ones(n_ok, dtype=bool)
@@ -217,6 +245,7 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
         kv_cap_ok &= per_row(full >= rows["max_batch"].to_numpy())   # (a configuration's rows: one max batch)
     # Capacity at SLO only where memory allows the configuration at all.
     live = np.flatnonzero(fits & kv_cap_ok)
+    live_rows = evaluated[live]   # (one array for every capacity column: frame_of places it once)
     any_capacity = np.zeros(n_ok, dtype=bool)
     ttft_only = np.ones(n_ok, dtype=bool)
     if spread is not None:   # role copies: the live rows are whole groups (their values are per configuration)
@@ -234,10 +263,10 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
             cap = _live_capacity(problem, rows, w, per_row(warrays[w.name]), params, live)
         served = cap["central_rate_per_s"] > 0
         # the live rows' values at their rows of the frame (0 or NaN elsewhere), in one pass
-        added[f"capacity_per_s[{w.name}]"] = padded(cap["max_rate_per_s"], 0.0, live)
-        added[f"central_capacity_per_s[{w.name}]"] = padded(cap["central_rate_per_s"], 0.0, live)
-        added[f"ttft_p95_s[{w.name}]"] = padded(np.where(served, cap["ttft_p95_s"], np.nan), np.nan, live)
-        added[f"tpot_p95_s[{w.name}]"] = padded(np.where(served, cap["tpot_p95_s"], np.nan), np.nan, live)
+        added[f"capacity_per_s[{w.name}]"] = padded(cap["max_rate_per_s"], 0.0, live_rows)
+        added[f"central_capacity_per_s[{w.name}]"] = padded(cap["central_rate_per_s"], 0.0, live_rows)
+        added[f"ttft_p95_s[{w.name}]"] = padded(np.where(served, cap["ttft_p95_s"], np.nan), np.nan, live_rows)
+        added[f"tpot_p95_s[{w.name}]"] = padded(np.where(served, cap["tpot_p95_s"], np.nan), np.nan, live_rows)
         any_capacity[live] |= np.asarray(cap["max_rate_per_s"]) > 0     # (other rows: rate 0)
         ttft_first = np.zeros(n_ok, dtype=bool)                         # (other rows: no violated SLO)
         ttft_first[live] = np.asarray(cap["slo_violated_at_low_load"]) == "ttft"
@@ -246,15 +275,11 @@ def _evaluate_model(problem: Problem, model_id: str) -> tuple[dict, ServingParam
         if other.model != model_id:
             added[f"capacity_per_s[{other.name}]"] = np.zeros(len(frame))
             added[f"central_capacity_per_s[{other.name}]"] = np.zeros(len(frame))
-    reasons["max_batch_exceeds_kv_capacity"] = padded(~kv_cap_ok & fits, False).astype(bool)
+    late["max_batch_exceeds_kv_capacity"] = ~kv_cap_ok & fits
     no_slo = ~any_capacity & fits & kv_cap_ok
-    reasons["slo_ttft_unreachable"] = padded(no_slo & ttft_only, False).astype(bool)
-    reasons["slo_tpot_unreachable"] = padded(no_slo & ~ttft_only, False).astype(bool)
-
-    # the first reason that applies, as an index into REASONS (len(REASONS): none)
-    which = np.full(len(frame), len(REASONS))
-    for i in range(len(REASONS) - 1, -1, -1):
-        which[reasons[REASONS[i]]] = i
+    late["slo_ttft_unreachable"] = no_slo & ttft_only
+    late["slo_tpot_unreachable"] = no_slo & ~ttft_only
+    which[evaluated] = _first_reason(late, n_ok)   # (no structural reason there)
     added["infeasible_reason"] = dimensions.Coded(_REASON_TEXTS, which)
     feasible = added["feasible"] = which == len(REASONS)
     for name, values in added.items():   # no capacity where the configuration is rejected

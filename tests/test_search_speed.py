@@ -195,3 +195,32 @@ def test_format_rejections_from_the_grid_codes_are_those_of_the_rows(tmp_path, e
             assert np.array_equal(fast[reason], plain[reason]), reason
     hit = {reason for reason, mask in format_rejections(problem, table.frame, coded).items() if mask.any()}
     assert hit == (set(REASONS) if engine else set(REASONS[2:]))
+
+
+def test_first_reason_is_the_first_mask_in_reasons_order():
+    """_first_reason: per row the position in REASONS of the first given mask that holds
+    (masks of any subset of the reasons, given in any order), len(REASONS) where none does."""
+    rng = np.random.default_rng(2)
+    names = [search.REASONS[i] for i in rng.permutation(len(search.REASONS))[:6]]
+    masks = {name: rng.random(300) < 0.2 for name in names}
+    want = [min([search.REASONS.index(n) for n in names if masks[n][row]], default=len(search.REASONS))
+            for row in range(300)]
+    assert search._first_reason(masks, 300).tolist() == want
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_structural_reasons_by_block_are_those_of_every_row(tmp_path, name):
+    """_structural_reasons (the reasons of each run of grid rows that differ only in max
+    batch / role, repeated over the run) gives every row the first reason of _structural's
+    masks over all rows, on grids that some structural rules reject parts of."""
+    spec = dict(SPECS[name], search={**SPECS[name]["search"], "tp": [1, 2, 3], "pp": [1, 1000]})
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    problem = load_problem(path)
+    frame, coded = search._grid(problem, problem.workloads[0].model)
+    got = search._structural_reasons(problem, frame, coded)
+    want = search._first_reason(search._structural(problem, frame, coded), len(frame))
+    assert np.array_equal(got, want)
+    assert {search.REASONS[i] for i in set(want.tolist()) - {len(search.REASONS)}} == \
+        {"tp_does_not_divide_attention_heads", "pp_exceeds_layers"}
+    assert (want == len(search.REASONS)).any()
