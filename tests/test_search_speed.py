@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from planner import configs, search
+from planner import configs, search, search_capacity
 from planner.problem import load_problem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -83,7 +83,7 @@ def test_shared_capacities_are_the_row_by_row_ones(monkeypatch, tmp_path, name):
     first, inverse = configs.distinct_configs(*_live_arrays_and_params(problem))
     assert len(first) < len(inverse)                   # the problem has repeated rows to share
     assert shared["feasible"].any()
-    monkeypatch.setattr(search, "distinct_configs", _every_row)
+    monkeypatch.setattr(search_capacity, "distinct_configs", _every_row)
     alone, _ = search.candidates_and_params(problem)
     pd.testing.assert_frame_equal(shared, alone, check_exact=True)
 
