@@ -38,7 +38,7 @@ from planner.serving.memory import max_concurrency
 from planner.serving.params import ServingParams
 from planner.serving.roofline import StepModel
 from planner.serving.tails import (P95, exponential_tail_p95, halfin_whitt_wait_p95, mixture_p95_bracket,
-                                   mixture_p95_offset)
+                                   mixture_p95_offset, on_rows)
 
 #: Correlation of the residual step and the queue waits ahead of a new request.
 QUEUE_CORRELATION = 0.5
@@ -145,7 +145,7 @@ def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_ov
     ``tpot_slo_s`` (a bisection's state, its TPOT SLOs): also ``_tpot_bracket``
     (:func:`tpot_bracket`), and the TTFT p95 only on the rows that may meet that SLO
     (stable, the bracket's low end within it; elsewhere, where no such SLO pair is met,
-    +inf, or the number where :func:`_on_rows` computes every row)."""
+    +inf, or the number where :func:`planner.serving.tails.on_rows` computes every row)."""
     n = np.asarray(n, dtype=float)
     out_m1 = np.maximum(t.output_mean_tokens - 1.0, 1.0)
     hit = 1.0 - t.prefix_hit_fraction
@@ -207,26 +207,8 @@ def _state_parts(steps: StepModel, t: TrafficArrays, n, slots, chunk, request_ov
         ttft_p95 = _ttft_p95(*terms)
     else:
         out["_tpot_bracket"] = tpot_bracket(out, t.output_strata_inv)
-        ttft_p95 = _on_rows(_ttft_p95, terms, stable & ~(out["_tpot_bracket"][0] > tpot_slo_s))
+        ttft_p95 = on_rows(_ttft_p95, terms, stable & ~(out["_tpot_bracket"][0] > tpot_slo_s), np.inf)
     out["ttft_p95_s"] = np.where(stable, ttft_p95, np.inf)
-    return out
-
-
-#: Share of the rows above which :func:`_on_rows` computes on every row (the takes of the
-#: inputs and the scatter of the result would cost more than the rows saved).
-ROWS_SUBSET_MAX_SHARE = 0.75
-
-
-def _on_rows(fn, terms: tuple, rows: np.ndarray) -> np.ndarray:
-    """``fn(*terms)`` (element-wise; 1-D arrays of the rows' length, or arrays and numbers
-    that broadcast against them) at the rows of the 1-D mask ``rows``: on those rows only
-    (+inf elsewhere) when they are few enough."""
-    at = np.flatnonzero(rows)
-    if at.size > ROWS_SUBSET_MAX_SHARE * rows.size:
-        return fn(*terms)
-    out = np.full(rows.shape, np.inf)
-    if at.size:
-        out[at] = fn(*[v[at] if np.shape(v) == rows.shape else v for v in terms])
     return out
 
 

@@ -40,14 +40,29 @@ def erlang_c_halfin_whitt(servers, offered_load, variance_factor=1.0) -> np.ndar
 #: Phi/phi) and beta Phi/phi >= beta (1/2) sqrt(2 pi) e^(beta^2 / 2) > 19 for beta >= 2.2
 #: (at 3, p = 0.0015, far from 0.05 for any rounding or the erf's 1.5e-7): a p95 wait is 0 there.
 WAIT_FREE_BETA = 3.0
-#: Share of the rows above which :func:`halfin_whitt_wait_p95` takes P(wait) on every row.
-WAIT_ROWS_MAX_SHARE = 0.75
+#: Share of the rows above which :func:`on_rows` computes on every row (the takes of the
+#: inputs and the scatter of the result would cost more than the rows saved).
+ROWS_SUBSET_MAX_SHARE = 0.75
+
+
+def on_rows(fn, terms: tuple, rows: np.ndarray, fill: float) -> np.ndarray:
+    """``fn(*terms)`` (element-wise; 1-D arrays of the rows' length, or arrays and numbers
+    that broadcast against them) at the rows of the 1-D mask ``rows``: on those rows only
+    (``fill`` elsewhere) when they are at most :data:`ROWS_SUBSET_MAX_SHARE` of them, else
+    on every row (speed: a costly term that only some rows' decisions read)."""
+    at = np.flatnonzero(rows)
+    if at.size > ROWS_SUBSET_MAX_SHARE * rows.size:
+        return fn(*terms)
+    out = np.full(rows.shape, fill)
+    if at.size:
+        out[at] = fn(*[v[at] if np.shape(v) == rows.shape else v for v in terms])
+    return out
 
 
 def halfin_whitt_wait_p95(servers, offered_load, variance_factor, mean_wait_given_wait) -> np.ndarray:
     """:func:`exponential_tail_p95` of :func:`erlang_c_halfin_whitt`'s P(wait) (1-D arrays
     of one length, or numbers): the same numbers. Speed: P(wait) only on the rows with
-    beta below :data:`WAIT_FREE_BETA` (or NaN), when they are few enough; elsewhere it is
+    beta below :data:`WAIT_FREE_BETA` (or NaN), when they are few enough (:func:`on_rows`); elsewhere it is
     below 1 - P95 and the p95 is 0 whatever its value."""
     terms = np.broadcast_arrays(*[np.asarray(v, dtype=float) for v in
                                   (servers, offered_load, variance_factor, mean_wait_given_wait)])
@@ -56,13 +71,8 @@ def halfin_whitt_wait_p95(servers, offered_load, variance_factor, mean_wait_give
         return exponential_tail_p95(erlang_c_halfin_whitt(c, a, v), mean)
     with np.errstate(divide="ignore", invalid="ignore"):
         beta = (c - a) / np.sqrt(np.maximum(a * v, 1e-300))     # (as erlang_c_halfin_whitt's)
-    at = np.flatnonzero(~(beta >= WAIT_FREE_BETA))
-    if at.size > WAIT_ROWS_MAX_SHARE * c.size:
-        return exponential_tail_p95(erlang_c_halfin_whitt(c, a, v), mean)
-    out = np.zeros(c.shape)
-    if at.size:
-        out[at] = exponential_tail_p95(erlang_c_halfin_whitt(c[at], a[at], v[at]), mean[at])
-    return out
+    return on_rows(lambda *x: exponential_tail_p95(erlang_c_halfin_whitt(*x[:3]), x[3]), terms,
+                   ~(beta >= WAIT_FREE_BETA), 0.0)
 
 
 def _erf(x):

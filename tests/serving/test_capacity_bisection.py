@@ -273,14 +273,14 @@ def test_mixture_offset_of_rows_at_the_floor_equals_one_pass():
         assert zero.any() and np.isnan(_plain_mixture_offset([np.zeros(3)])).all()   # why zero rows are "no"s
 
 
-@pytest.mark.parametrize("share", [0.0, replica_state.ROWS_SUBSET_MAX_SHARE, 1.0])
+@pytest.mark.parametrize("share", [0.0, tails.ROWS_SUBSET_MAX_SHARE, 1.0])
 def test_bisection_state_takes_the_ttft_only_where_the_tpot_may_be_met(catalog, monkeypatch, share):
     """_state_parts with the TPOT SLOs: every array of the full state, its bracket, and the
     TTFT p95 of the rows that may meet the TPOT SLO (stable, the bracket's low end within
     it), +inf elsewhere (computed on those rows only), or everywhere (on every row, past
     the share)."""
     c, p = _random_rows(catalog, n=300, seed=9)
-    monkeypatch.setattr(replica_state, "ROWS_SUBSET_MAX_SHARE", share)
+    monkeypatch.setattr(tails, "ROWS_SUBSET_MAX_SHARE", share)
     n_max = queueing._n_max(c, p)
     model = queueing.step_model(c, p, TRAFFIC)
     occupancy = n_max * np.random.default_rng(1).uniform(0.0, 1.0, n_max.size)
@@ -297,12 +297,12 @@ def test_bisection_state_takes_the_ttft_only_where_the_tpot_may_be_met(catalog, 
     assert all(a.tobytes() == b.tobytes() for a, b in zip(part["_tpot_bracket"], bracket))
 
 
-@pytest.mark.parametrize("share", [0.0, tails.WAIT_ROWS_MAX_SHARE, 1.0])
+@pytest.mark.parametrize("share", [0.0, tails.ROWS_SUBSET_MAX_SHARE, 1.0])
 def test_halfin_whitt_wait_p95_equals_the_tail_of_the_full_wait_probability(monkeypatch, share):
     """halfin_whitt_wait_p95 (P(wait) only where beta < WAIT_FREE_BETA) equals the exponential
     tail of erlang_c_halfin_whitt on every row, bit for bit: loads around and far below the
     servers (beta near the bound), zero, negative, infinite and NaN inputs; 0-d and 2-D too."""
-    monkeypatch.setattr(tails, "WAIT_ROWS_MAX_SHARE", share)
+    monkeypatch.setattr(tails, "ROWS_SUBSET_MAX_SHARE", share)
     rng = np.random.default_rng(11)
     n = 20000
     special = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan, 1e-300, 5e-324, 1e300])
@@ -348,9 +348,9 @@ def test_tpot_bracket_from_the_extreme_inverse_lives_equals_every_spread():
 
 
 def test_on_rows_broadcasts_the_terms_that_are_not_per_row():
-    """_on_rows takes the per-row terms at the rows and broadcasts 1-element arrays and
+    """on_rows takes the per-row terms at the rows and broadcasts 1-element arrays and
     numbers: the rows' values of the full computation, +inf elsewhere."""
     rng = np.random.default_rng(13)
     a, one, rows = rng.random(50), np.array([2.5]), rng.random(50) < 0.3
-    got = replica_state._on_rows(lambda x, y, z: x * y + z, (a, one, 1.0), rows)
+    got = tails.on_rows(lambda x, y, z: x * y + z, (a, one, 1.0), rows, np.inf)
     assert got.tobytes() == np.where(rows, a * one + 1.0, np.inf).tobytes()
