@@ -51,13 +51,15 @@ def test_solve_json_imports_only_what_it_uses():
     """One real process (``planner.cli.run``, as the ``planner`` command): the JSON document
     is complete, none of :data:`NOT_ON_THE_SOLVE_PATH` was imported, and the solve ran with
     the cyclic garbage collector enabled, the start's objects frozen (planner.cli.startup),
-    and OpenBLAS's thread count set to 1 where the environment does not set it. With the
+    OpenBLAS's thread count set to 1 where the environment does not set it, and extension
+    modules loading with lazy symbol binding. With the
     parsed-input cache warm (catalogs, the problem, the quality table) PyYAML is not imported."""
     driver = ("import atexit, gc, json, os, sys\n"
               "import planner.pipeline as pipeline\n"
               "real, seen = pipeline.plan, []\n"
               "def plan(*a, **k):\n"
-              "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0, os.environ['OPENBLAS_NUM_THREADS']))\n"
+              "    seen.append((gc.isenabled(), gc.get_freeze_count() > 0, os.environ['OPENBLAS_NUM_THREADS'],\n"
+              "                 sys.getdlopenflags() & (os.RTLD_LAZY | os.RTLD_NOW) == os.RTLD_LAZY))\n"
               "    return real(*a, **k)\n"
               "pipeline.plan = plan\n"
               "from planner.cli import run\n"
@@ -76,8 +78,9 @@ def test_solve_json_imports_only_what_it_uses():
     proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, cwd=ROOT, env=env)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     assert proc.returncode == 0, proc.stderr
-    # the solve runs with the collector on, the start's objects frozen, OpenBLAS on one thread
-    assert report["gc"] == [[True, True, "1"]]
+    # the solve runs with the collector on, the start's objects frozen, OpenBLAS on one
+    # thread, lazy symbol binding
+    assert report["gc"] == [[True, True, "1", True]]
     doc = json.loads(proc.stdout)
     assert doc["status"] == "optimal" and doc["plans"] and doc["pareto"] == [] and "verification" not in doc
     loaded = set(report["modules"])

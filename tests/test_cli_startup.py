@@ -1,4 +1,5 @@
-"""The cyclic garbage collector at a ``planner`` process's start and exit (planner.cli.startup, issue 19).
+"""The cyclic garbage collector and the symbol binding at a ``planner`` process's start and
+exit (planner.cli.startup, issue 19).
 
 In-process: the pause, its end (frozen, enabled again), no change without a pause, and the
 dispatcher ending the pause before a command that does not end it itself. The real process
@@ -6,6 +7,8 @@ dispatcher ending the pause before a command that does not end it itself. The re
 """
 
 import gc
+import os
+import sys
 
 import pytest
 
@@ -84,3 +87,16 @@ def test_exit_now_runs_the_exit_handlers_flushes_and_keeps_the_status(tmp_path):
     proc = subprocess.run([sys.executable, "-c", "from planner.cli import run; run()", "validate", str(bad)],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(sys, "setdlopenflags"), reason="no dlopen flags on this platform")
+def test_bind_lazily_swaps_now_for_lazy_and_keeps_the_other_flags():
+    before = sys.getdlopenflags()
+    try:
+        sys.setdlopenflags(os.RTLD_NOW | os.RTLD_GLOBAL)
+        startup.bind_lazily()
+        assert sys.getdlopenflags() == os.RTLD_LAZY | os.RTLD_GLOBAL
+        startup.bind_lazily()                       # idempotent
+        assert sys.getdlopenflags() == os.RTLD_LAZY | os.RTLD_GLOBAL
+    finally:
+        sys.setdlopenflags(before)

@@ -151,12 +151,14 @@ def run() -> None:
     environment sets it: the planner does no linear algebra (its numpy work is element-wise,
     and the serving kernel runs its own threads, :mod:`planner.serving.parallel`), and
     starting a thread per core when numpy is imported costs some 30 ms of CPU per run.
-    The cyclic garbage collector is paused while the command's modules import and frozen
-    before the exit, and the process ends without tearing its modules down
-    (:mod:`planner.cli.startup`, :func:`planner.cli.startup.exit_now`).
+    Extension modules load with lazy symbol binding (:func:`planner.cli.startup.bind_lazily`;
+    ``LD_BIND_NOW=1`` binds at load). The cyclic garbage collector is paused while the
+    command's modules import and frozen before the exit, and the process ends without tearing
+    its modules down (:mod:`planner.cli.startup`, :func:`planner.cli.startup.exit_now`).
     """
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    startup.bind_lazily()
     startup.pause()
     code = main()
     startup.freeze_for_exit()
