@@ -52,8 +52,7 @@ def test_solve_json_imports_only_what_it_uses():
     is complete, none of :data:`NOT_ON_THE_SOLVE_PATH` was imported, and the solve ran with
     the cyclic garbage collector enabled, the start's objects frozen (planner.cli.startup),
     OpenBLAS's thread count set to 1 where the environment does not set it, and extension
-    modules loading with lazy symbol binding. With the
-    parsed-input cache warm (catalogs, the problem, the quality table) PyYAML is not imported."""
+    modules loading with lazy symbol binding. With the parsed-input cache warm (catalogs, the problem, the quality table) PyYAML is not imported."""
     driver = ("import atexit, gc, json, os, sys\n"
               "import planner.pipeline as pipeline\n"
               "real, seen = pipeline.plan, []\n"

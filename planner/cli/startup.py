@@ -4,9 +4,9 @@ collector.
 The console script loads extension modules with lazy symbol binding (:func:`bind_lazily`):
 numpy, pandas and OR-Tools bring some hundred shared libraries with tens of thousands of
 function symbols, of which a run calls a few; Python's default (``RTLD_NOW``) resolves every
-one of them while the libraries load, about 90 M instructions of a ``planner solve`` start
-(2.3 % of a whole disaggregated catalog-wide solve, measured with callgrind), lazy binding
-resolves a symbol at its first call. ``LD_BIND_NOW=1`` in the environment restores immediate
+one of them while the libraries load, about 96 M instructions (2.4 % of a whole
+disaggregated catalog-wide solve, measured with callgrind); lazy binding resolves a symbol
+at its first call. ``LD_BIND_NOW=1`` in the environment restores immediate
 binding (the dynamic loader's own switch).
 
 Importing numpy, pandas, OR-Tools, pydantic and the planner's modules creates some 300,000
@@ -43,6 +43,7 @@ import atexit
 import gc
 import os
 import sys
+
 
 def bind_lazily() -> None:
     """Load the extension modules imported from now on with lazy symbol binding
